@@ -1,0 +1,1 @@
+"""Benchmarks of the vibe_rl scripts: learning checks, speed, ceilings, peers."""
