@@ -34,6 +34,16 @@ def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[
     """A jitted function key -> summed reward of num_steps x num_envs random-action steps."""
     env, env_params = gymnax.make(env_id)
     action_space = env.action_space(env_params)
+    if isinstance(action_space, gymnax.environments.spaces.Discrete):
+
+        def sample_actions(key: jax.Array) -> jax.Array:  # one RNG call for all envs
+            return jax.random.randint(key, (num_envs,), 0, action_space.n)
+    else:
+
+        def sample_actions(key: jax.Array) -> jax.Array:
+            shape = (num_envs, *action_space.shape)
+            return jax.random.uniform(key, shape, minval=action_space.low, maxval=action_space.high)
+
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def rollout(key: jax.Array) -> jax.Array:
@@ -45,7 +55,7 @@ def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[
         def step(carry, _):
             env_state, key = carry
             key, action_key, step_key = jax.random.split(key, 3)
-            actions = jax.vmap(action_space.sample)(jax.random.split(action_key, num_envs))
+            actions = sample_actions(action_key)
             _, env_state, reward, _, _, _ = step_envs(
                 jax.random.split(step_key, num_envs), env_state, actions, env_params
             )
