@@ -1,0 +1,577 @@
+"""The benchmark harness: does every script still learn, and how fast is it, on this machine.
+
+    python -m benchmark --quick                  every script on one env, short budget (smoke test)
+    python -m benchmark --full                   the whole suite at full budget
+    python -m benchmark --algos ppo --envs CartPole-v1 --seeds 2 --out bench
+    python -m benchmark --quick --peers          + rejax and Stable-Baselines3, when installed
+
+The suite (scripts, envs, flags, budgets, thresholds) is benchmark/suite.toml. Each entry
+is run as one subprocess, exactly as a user runs the script (`--num-seeds N`: N seeds in
+one vmapped program), and read back from its run directories (eval.json, metrics.jsonl,
+args.json); nothing is imported from the scripts. Writes to --out:
+
+    results.json     every figure, with the machine, jax/jaxlib versions, device and date
+    results.md       the table: eval return vs threshold, wall/compile time, env steps/s
+    curves_{env}.png learning curves (mean +- std over seeds vs env steps), every script
+    runs/            the scripts' run directories
+
+Exit status 1 if any entry crashed, timed out, was missing or missed its threshold.
+
+Definitions:
+- eval return: the mean over seeds of eval.json's "mean" (final deterministic evaluation);
+  +- is the std over seeds.
+- compile s: the sum of the "compiled ... in X.Xs" lines the script prints.
+- env steps/s: training throughput summed over seeds = seeds x the median of the run's
+  logged charts/SPS (each chunk's steps / its time: compile, start-up and evaluation
+  excluded); where a script logs no charts/SPS, total steps x seeds / (wall - compile).
+- ceiling: random-action gymnax stepping in one compiled scan (benchmark/ceiling.py) at
+  num_envs x seeds parallel envs, the same number the vmapped program steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = Path(__file__).with_name("suite.toml")
+PEERS_DIR = Path(__file__).with_name("peers")
+COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.MULTILINE)
+DOCS_PATH = ROOT / "docs" / "benchmarks.md"
+
+
+# =====================================================================================
+# The suite
+# =====================================================================================
+
+
+@dataclass
+class Entry:
+    """One (script, env) of the suite at one preset's budget."""
+
+    script: str  # path relative to the repository root (or absolute)
+    env: str
+    total_timesteps: int
+    threshold: float
+    seeds: int
+    timeout: float
+    flags: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return Path(self.script).stem
+
+
+def load_suite(path: Path = SUITE) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def select_entries(
+    suite: dict[str, Any],
+    quick: bool,
+    algos: list[str] | None = None,
+    envs: list[str] | None = None,
+    seeds: int | None = None,
+    timeout: float | None = None,
+) -> list[Entry]:
+    """The suite's entries for a preset, filtered by script name and env.
+
+    --quick keeps the entries with a `quick` table and applies its budget, threshold and
+    flags over the full ones. An algo matches a script's stem or its prefix up to "_"
+    ("ppo" selects ppo_jax_scan and ppo_multigpu).
+    """
+    defaults = suite.get("defaults", {})
+    entries = []
+    for raw in suite["entry"]:
+        if quick and "quick" not in raw:
+            continue
+        stem = Path(raw["script"]).stem
+        if algos and not any(stem == a or stem.startswith(a + "_") for a in algos):
+            continue
+        if envs and raw["env"] not in envs:
+            continue
+        over = raw.get("quick", {}) if quick else {}
+        entries.append(
+            Entry(
+                script=raw["script"],
+                env=raw["env"],
+                total_timesteps=over.get("total_timesteps", raw["total_timesteps"]),
+                threshold=over.get("threshold", raw["threshold"]),
+                seeds=seeds or over.get("seeds", defaults.get("quick_seeds" if quick else "seeds", 1)),
+                timeout=timeout
+                or over.get("timeout", defaults.get("quick_timeout" if quick else "timeout", 3600)),
+                flags={**raw.get("flags", {}), **over.get("flags", {})},
+            )
+        )
+    return entries
+
+
+def flag_list(flags: dict[str, Any]) -> list[str]:
+    """A toml flag table as tyro command-line flags."""
+    out = []
+    for key, value in flags.items():
+        if value is True:
+            out.append(f"--{key}")
+        elif value is False:
+            out.append(f"--no-{key}")
+        else:
+            out += [f"--{key}", str(value)]
+    return out
+
+
+# =====================================================================================
+# Running one script as a user does, and reading its run directories back
+# =====================================================================================
+
+
+@dataclass
+class RunOutcome:
+    """What one subprocess did: its status and the run directories it wrote."""
+
+    status: str  # "ok", "crash", "timeout", "missing"
+    wall_s: float
+    compile_s: float | None
+    run_dirs: list[Path]
+    note: str = ""
+
+
+def launch(
+    script: Path, flags: list[str], output_dir: Path, timeout: float, log: Path, python: str = sys.executable
+) -> RunOutcome:
+    """Run `python script flags --output-dir output_dir`; stdout+stderr go to `log`."""
+    if not script.is_file():
+        return RunOutcome("missing", 0.0, None, [], f"{script} does not exist")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [python, str(script), *flags, "--output-dir", str(output_dir)]
+    env = {**os.environ, "WANDB_MODE": "offline", "MPLBACKEND": "Agg"}
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(command) + "\n")
+        out.flush()
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            returncode = None
+    wall = time.perf_counter() - start
+    text = log.read_text()
+    compile_times = [float(x) for x in COMPILED.findall(text)]
+    compile_s = sum(compile_times) if compile_times else None
+    run_dirs = sorted(p for p in output_dir.iterdir() if p.is_dir())
+    if returncode is None:
+        return RunOutcome("timeout", wall, compile_s, run_dirs, f"killed after {timeout:.0f}s")
+    if returncode != 0:
+        last = text.strip().splitlines()[-1:] or [""]
+        return RunOutcome("crash", wall, compile_s, run_dirs, f"exit {returncode}: {last[0][:200]}")
+    missing = [d.name for d in run_dirs if not (d / "eval.json").is_file()]
+    if not run_dirs or missing:
+        return RunOutcome("crash", wall, compile_s, run_dirs, "no run directory with eval.json")
+    return RunOutcome("ok", wall, compile_s, run_dirs)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def learning_curve(run_dir: Path) -> tuple[list[int], list[float]]:
+    """(global_step, charts/episodic_return) of a run, the finite points only."""
+    points = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "charts/episodic_return" in p]
+    points = [p for p in points if p["charts/episodic_return"] is not None]
+    points = [p for p in points if math.isfinite(p["charts/episodic_return"])]
+    return [p["global_step"] for p in points], [p["charts/episodic_return"] for p in points]
+
+
+def median_sps(run_dir: Path) -> float | None:
+    values = [p["charts/SPS"] for p in read_jsonl(run_dir / "metrics.jsonl") if "charts/SPS" in p]
+    return float(np.median(values)) if values else None
+
+
+def num_envs_of(run_dir: Path) -> int | None:
+    path = run_dir / "args.json"
+    return json.loads(path.read_text()).get("num_envs") if path.is_file() else None
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return float(np.mean(values)), float(np.std(values))
+
+
+# =====================================================================================
+# Suite entries
+# =====================================================================================
+
+
+def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
+    """Run one entry, read it back, and judge it against its threshold."""
+    tag = f"{entry.name}__{entry.env}"
+    flags = [
+        "--env-id",
+        entry.env,
+        "--total-timesteps",
+        str(entry.total_timesteps),
+        "--seed",
+        "1",
+        "--num-seeds",
+        str(entry.seeds),
+        "--exp-name",
+        entry.name,
+        *flag_list(entry.flags),
+    ]
+    outcome = launch(
+        ROOT / entry.script, flags, out / "runs" / tag, entry.timeout, out / "logs" / f"{tag}.log"
+    )
+    evals = [
+        json.loads((d / "eval.json").read_text()) for d in outcome.run_dirs if (d / "eval.json").is_file()
+    ]
+    seed_means = [e["mean"] for e in evals]
+    mean, std = mean_std(seed_means)
+    status = outcome.status
+    if status == "ok":
+        status = "pass" if mean >= entry.threshold else "fail"
+    sps_logged = [s for s in map(median_sps, outcome.run_dirs) if s is not None]
+    if status in ("pass", "fail") and sps_logged:
+        sps = float(np.mean(sps_logged)) * entry.seeds
+    elif status in ("pass", "fail"):
+        sps = entry.total_timesteps * entry.seeds / max(outcome.wall_s - (outcome.compile_s or 0.0), 1e-9)
+    else:
+        sps = None
+    result = {
+        **asdict(entry),
+        "name": entry.name,
+        "status": status,
+        "note": outcome.note,
+        "eval_mean": mean,
+        "eval_std": std,
+        "seed_eval_means": seed_means,
+        "wall_s": outcome.wall_s,
+        "compile_s": outcome.compile_s,
+        "env_steps_per_s": sps,
+        "num_envs": num_envs_of(outcome.run_dirs[0]) if outcome.run_dirs else None,
+        "curves": [learning_curve(d) for d in outcome.run_dirs],
+        "run_dirs": [str(d) for d in outcome.run_dirs],
+    }
+    print(f"  {entry.name} {entry.env}: {status} {fmt(mean)} (threshold {entry.threshold}) {outcome.note}")
+    return result
+
+
+# =====================================================================================
+# Machine, ceilings, seed scaling, peers
+# =====================================================================================
+
+DEVICE_PROBE = (
+    "import json, jax, jaxlib; d = jax.devices(); print(json.dumps({'jax': jax.__version__, "
+    "'jaxlib': jaxlib.__version__, 'backend': jax.default_backend(), 'device_kind': d[0].device_kind, "
+    "'device_count': len(d)}))"
+)
+
+
+def machine_info() -> dict[str, Any]:
+    """This machine and its jax, asked in a subprocess (the harness itself holds no device)."""
+    probe = subprocess.run([sys.executable, "-c", DEVICE_PROBE], capture_output=True, text=True, cwd=ROOT)
+    info = json.loads(probe.stdout) if probe.returncode == 0 else {"jax": None, "device_kind": None}
+    return {
+        **info,
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m benchmark", *sys.argv[1:]]),
+    }
+
+
+def ceiling(env_id: str, num_envs: int) -> float | None:
+    """benchmark/ceiling.py's random-action env steps/s, in a subprocess."""
+    command = [sys.executable, "-m", "benchmark.ceiling", "--env-id", env_id, "--num-envs", str(num_envs)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    found = re.search(r"([0-9,]+) env steps/s", done.stdout)
+    return float(found.group(1).replace(",", "")) if done.returncode == 0 and found else None
+
+
+def seed_scaling(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, Any]]:
+    """Training time of 1, 8, 64 seeds vmapped in one program, and its ratio to 1 seed."""
+    steps = spec["quick_total_timesteps"] if quick else spec["total_timesteps"]
+    rows = []
+    for seeds in spec["seeds"]:
+        flags = ["--env-id", spec["env"], "--total-timesteps", str(steps), "--num-seeds", str(seeds)]
+        flags += flag_list(spec.get("flags", {}))
+        tag = f"seeds{seeds}"
+        log = out / "logs" / f"seed_scaling__{tag}.log"
+        outcome = launch(ROOT / spec["script"], flags, out / "seed_scaling" / tag, 3600, log)
+        sps = median_sps(outcome.run_dirs[0]) if outcome.status == "ok" else None
+        train_s = steps / sps if sps else None
+        rows.append(
+            {"seeds": seeds, "status": outcome.status, "train_s": train_s, "compile_s": outcome.compile_s}
+        )
+        shutil.rmtree(out / "seed_scaling" / tag, ignore_errors=True)  # 64 run directories
+        print(f"  seed scaling {seeds}: train {fmt(train_s)}s compile {fmt(outcome.compile_s)}s")
+    base = rows[0]["train_s"]
+    for row in rows:
+        row["ratio"] = row["train_s"] / base if base and row["train_s"] else None
+    return rows
+
+
+PEERS = {
+    "sb3": ("stable_baselines3", "sb3_ppo.py", "VIBE_RL_SB3_PYTHON"),
+    "rejax": ("rejax", "rejax_ppo.py", "VIBE_RL_REJAX_PYTHON"),
+}
+
+
+def peer_python(peer: str) -> str | None:
+    """The interpreter that has the peer installed: $VIBE_RL_{PEER}_PYTHON or this one."""
+    module, _, variable = PEERS[peer]
+    python = os.environ.get(variable, sys.executable)
+    found = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
+    return python if found.returncode == 0 else None
+
+
+def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, Any]]:
+    """ppo_jax_scan and each installed peer on the same env, budget and hyperparameters."""
+    steps = spec["quick_total_timesteps"] if quick else spec["total_timesteps"]
+    flags = {"env-id": spec["env"], "total-timesteps": steps, "seed": 1, **spec.get("flags", {})}
+    rows = []
+    ours = launch(
+        ROOT / spec["script"], flag_list(flags), out / "peers" / "ours", 3600, out / "logs" / "peer_ours.log"
+    )
+    rows.append(peer_row("vibe_rl " + Path(spec["script"]).stem, ours))
+    for peer, (module, runner, variable) in PEERS.items():
+        python = peer_python(peer)
+        if python is None:
+            note = f"not installed ({module}; set {variable} to an interpreter that has it)"
+            rows.append({"system": peer, "status": "skipped", "note": note})
+            print(f"  peer {peer}: skipped, {note}")
+            continue
+        peer_out = out / "peers" / peer
+        log = out / "logs" / f"peer_{peer}.log"
+        outcome = launch(PEERS_DIR / runner, flag_list(flags), peer_out, 3600, log, python)
+        rows.append(peer_row(peer, outcome))
+    base = rows[0]
+    for row in rows:
+        if row.get("wall_s") and base.get("wall_s"):
+            row["wall_ratio"] = row["wall_s"] / base["wall_s"]
+        if row.get("eval_mean") is not None and base.get("eval_mean"):
+            row["return_ratio"] = row["eval_mean"] / base["eval_mean"]
+    return rows
+
+
+def peer_row(system: str, outcome: RunOutcome) -> dict[str, Any]:
+    evals = [
+        json.loads((d / "eval.json").read_text()) for d in outcome.run_dirs if (d / "eval.json").is_file()
+    ]
+    row = {
+        "system": system,
+        "status": outcome.status,
+        "note": outcome.note,
+        "wall_s": outcome.wall_s,
+        "compile_s": outcome.compile_s,
+        "eval_mean": evals[0]["mean"] if evals else None,
+    }
+    print(f"  peer {system}: {outcome.status} wall {outcome.wall_s:.1f}s return {fmt(row['eval_mean'])}")
+    return row
+
+
+# =====================================================================================
+# Report: results.json, the markdown table, learning curves, docs
+# =====================================================================================
+
+
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as markdown tables: suite, seed scaling, peers."""
+    m = report["machine"]
+    lines = [
+        f"`{m['command']}` — {m['date']}, {m['device_kind']} ({m['backend']}, {m['cpu_count']} CPU cores), "
+        f"jax {m['jax']}, jaxlib {m['jaxlib']}",
+        "",
+        "| script | env | seeds | steps | eval return | threshold | result | wall s | compile s "
+        "| env steps/s | ceiling steps/s | % of ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["entries"]:
+        ret = "–" if r["eval_mean"] is None else f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f}"
+        result = r["status"].upper() if r["status"] in ("fail", "crash", "timeout", "missing") else "pass"
+        if r["note"]:
+            result += f" ({r['note'][:80]})".replace("|", "/")
+        ceil = r.get("ceiling_sps")
+        frac = fmt(100 * r["env_steps_per_s"] / ceil) if ceil and r["env_steps_per_s"] else "–"
+        lines.append(
+            f"| {r['name']} | {r['env']} | {r['seeds']} | {r['total_timesteps']:,} | {ret} "
+            f"| {r['threshold']:g} "
+            f"| {result} | {fmt(r['wall_s'])} | {fmt(r['compile_s'])} | {fmt(r['env_steps_per_s'], 0)} "
+            f"| {fmt(ceil, 0)} | {frac} |"
+        )
+    if report.get("seed_scaling"):
+        lines += ["", "Seed scaling (PPO CartPole-v1, seeds vmapped in one program; training time only):", ""]
+        lines += ["| seeds | train s | compile s | time / 1 seed |", "|---|---|---|---|"]
+        for r in report["seed_scaling"]:
+            lines.append(
+                f"| {r['seeds']} | {fmt(r['train_s'], 2)} | {fmt(r['compile_s'])} | {fmt(r['ratio'], 2)} |"
+            )
+    if report.get("peers"):
+        lines += [
+            "",
+            "Peers (same env, budget and PPO hyperparameters, 1 seed, each in its own process):",
+            "",
+        ]
+        lines += ["| system | result | wall s | compile s | eval return | wall / ours | return / ours |"]
+        lines += ["|---|---|---|---|---|---|---|"]
+        for r in report["peers"]:
+            lines.append(
+                f"| {r['system']} | {r['status']} {r.get('note', '')} | {fmt(r.get('wall_s'))} "
+                f"| {fmt(r.get('compile_s'))} | {fmt(r.get('eval_mean'))} | {fmt(r.get('wall_ratio'), 2)} "
+                f"| {fmt(r.get('return_ratio'), 2)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
+    """One PNG per env: mean +- std over seeds of the training return vs env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for env in dict.fromkeys(r["env"] for r in entries):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in (r for r in entries if r["env"] == env):
+            curves = [c for c in r["curves"] if len(c[0]) > 1]
+            if not curves:
+                continue
+            grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 100)
+            ys = np.stack([np.interp(grid, steps, returns) for steps, returns in curves])  # [seeds, 100]
+            mean, std = ys.mean(0), ys.std(0)
+            ax.plot(grid, mean, label=f"{r['name']} ({len(curves)} seeds)")
+            ax.fill_between(grid, mean - std, mean + std, alpha=0.2)
+        ax.set(title=env, xlabel="env steps", ylabel="episodic return (training)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+        path = out / f"curves_{env}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Path = DOCS_PATH) -> None:
+    """Replace (or append) this preset's and backend's block in docs/benchmarks.md."""
+    key = f"{report['preset']}-{report['machine']['backend']}"
+    image_dir = docs.parent / "benchmarks"
+    image_dir.mkdir(parents=True, exist_ok=True)
+    images = []
+    for path in plots:
+        target = image_dir / f"{key}-{path.name}"
+        shutil.copy(path, target)
+        images.append(f"![{path.stem}](benchmarks/{target.name})")
+    start, end = f"<!-- results:{key} -->", f"<!-- /results:{key} -->"
+    block = f"{start}\n{table}\n{' '.join(images)}\n{end}"
+    text = docs.read_text() if docs.is_file() else "# Benchmarks\n"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + f"\n\n### {key}\n\n{block}\n"
+    docs.write_text(text)
+
+
+# =====================================================================================
+# main
+# =====================================================================================
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmark", description=__doc__.splitlines()[0])
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help="entries with a quick budget (a smoke test)")
+    preset.add_argument("--full", action="store_true", help="the whole suite at full budget (the default)")
+    parser.add_argument(
+        "--algos", help="comma-separated scripts, e.g. ppo_jax_scan,dqn (a prefix selects all)"
+    )
+    parser.add_argument("--envs", help="comma-separated env ids, e.g. CartPole-v1,Pendulum-v1")
+    parser.add_argument("--seeds", type=int, help="seeds per entry (overrides the suite)")
+    parser.add_argument("--timeout", type=float, help="seconds per entry (overrides the suite)")
+    parser.add_argument(
+        "--out", type=Path, help="output directory (default benchmark-results/{preset}-{time})"
+    )
+    parser.add_argument("--suite", type=Path, default=SUITE, help="the suite file")
+    parser.add_argument("--peers", action="store_true", help="also run rejax and SB3 PPO, when installed")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the random-action speed ceilings")
+    parser.add_argument("--no-seed-scaling", action="store_true", help="skip the 1/8/64-seed timing")
+    parser.add_argument(
+        "--docs", action="store_true", help="write the table and plots into docs/benchmarks.md"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    preset = "quick" if args.quick else "full"
+    split = lambda s: s.split(",") if s else None
+    suite = load_suite(args.suite)
+    entries = select_entries(suite, args.quick, split(args.algos), split(args.envs), args.seeds, args.timeout)
+    out = args.out or ROOT / "benchmark-results" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": []}
+    print(f"benchmark ({preset}): {len(entries)} entries -> {out}")
+
+    for entry in entries:
+        report["entries"].append(run_entry(entry, out))
+    if not args.no_ceiling:
+        cache: dict[tuple[str, int], float | None] = {}
+        for r in report["entries"]:
+            if r["num_envs"] and r["env_steps_per_s"]:
+                key = (r["env"], r["num_envs"] * r["seeds"])
+                if key not in cache:
+                    cache[key] = ceiling(*key)
+                r["ceiling_sps"] = cache[key]
+    if not args.no_seed_scaling and "seed_scaling" in suite:
+        report["seed_scaling"] = seed_scaling(suite["seed_scaling"], args.quick, out)
+    if args.peers and "peers" in suite:
+        report["peers"] = run_peers(suite["peers"], args.quick, out)
+
+    plots = plot_curves(report["entries"], out)
+    table = markdown(report)
+    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "results.md").write_text(table)
+    if args.docs:
+        update_docs(report, table, plots)
+    print(table)
+    failed = [f"{r['name']} {r['env']}: {r['status']}" for r in report["entries"] if r["status"] != "pass"]
+    print("FAILED: " + "; ".join(failed) if failed else "all checks passed")
+    return 1 if failed or not entries else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
