@@ -97,9 +97,10 @@ def select_entries(
 ) -> list[Entry]:
     """The suite's entries for a preset, filtered by script name and env.
 
-    --quick keeps the entries with a `quick` table and applies its budget, threshold and
-    flags over the full ones. An algo matches a script's stem or its prefix up to "_"
-    ("ppo" selects ppo_jax_scan and ppo_multigpu).
+    --quick keeps the entries with a `quick` table and applies its budget, threshold, flags
+    (and seeds, timeout) over the full ones; [defaults] gives seeds and timeout otherwise.
+    An algo matches a script's stem or its prefix up to "_" ("ppo" selects ppo_jax_scan
+    and ppo_multigpu).
     """
     defaults = suite.get("defaults", {})
     entries = []
@@ -112,15 +113,16 @@ def select_entries(
         if envs and raw["env"] not in envs:
             continue
         over = raw.get("quick", {}) if quick else {}
+        prefix = "quick_" if quick else ""
         entries.append(
             Entry(
                 script=raw["script"],
                 env=raw["env"],
                 total_timesteps=over.get("total_timesteps", raw["total_timesteps"]),
                 threshold=over.get("threshold", raw["threshold"]),
-                seeds=seeds or over.get("seeds", defaults.get("quick_seeds" if quick else "seeds", 1)),
+                seeds=seeds or over.get("seeds", raw.get("seeds", defaults.get(prefix + "seeds", 1))),
                 timeout=timeout
-                or over.get("timeout", defaults.get("quick_timeout" if quick else "timeout", 3600)),
+                or over.get("timeout", raw.get("timeout", defaults.get(prefix + "timeout", 3600))),
                 flags={**raw.get("flags", {}), **over.get("flags", {})},
             )
         )
@@ -522,9 +524,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--envs", help="comma-separated env ids, e.g. CartPole-v1,Pendulum-v1")
     parser.add_argument("--seeds", type=int, help="seeds per entry (overrides the suite)")
     parser.add_argument("--timeout", type=float, help="seconds per entry (overrides the suite)")
-    parser.add_argument(
-        "--out", type=Path, help="output directory (default benchmark-results/{preset}-{time})"
-    )
+    parser.add_argument("--out", type=Path, help="output directory (default benchmark/out/{preset}-{time})")
     parser.add_argument("--suite", type=Path, default=SUITE, help="the suite file")
     parser.add_argument("--peers", action="store_true", help="also run rejax and SB3 PPO, when installed")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the random-action speed ceilings")
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     split = lambda s: s.split(",") if s else None
     suite = load_suite(args.suite)
     entries = select_entries(suite, args.quick, split(args.algos), split(args.envs), args.seeds, args.timeout)
-    out = args.out or ROOT / "benchmark-results" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or ROOT / "benchmark" / "out" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": []}
     print(f"benchmark ({preset}): {len(entries)} entries -> {out}")

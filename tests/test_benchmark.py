@@ -1,0 +1,247 @@
+"""The benchmark harness (benchmark/run.py): the suite, failure reporting, the outputs.
+
+Fast tests run the harness on a tiny fake script that writes a run directory the way the
+real scripts do (no jax, a fraction of a second each). The slow test runs the real quick
+preset on PPO.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from _helpers import ROOT
+
+sys.path.insert(0, str(ROOT))  # the harness is a package of the repository, not installed
+bench = importlib.import_module("benchmark.run")
+
+FAKE_SCRIPT = '''
+"""A fake training script: the CLI conventions and run directory of vibe_rl's scripts."""
+import argparse, json, sys, time
+from pathlib import Path
+
+p = argparse.ArgumentParser()
+for name in ("--env-id", "--exp-name", "--output-dir"):
+    p.add_argument(name)
+for name in ("--seed", "--num-seeds", "--total-timesteps", "--num-envs"):
+    p.add_argument(name, type=int, default=1)
+p.add_argument("--fake-return", type=float, default=100.0)
+p.add_argument("--fake-mode", default="ok")
+args = p.parse_args()
+if args.fake_mode == "crash":
+    sys.exit("Traceback: something broke")
+if args.fake_mode == "hang":
+    time.sleep(60)
+print("compiled one chunk (1 updates x 4 steps, 1 seed(s)) in 0.5s")
+for seed in range(args.seed, args.seed + args.num_seeds):
+    run_dir = Path(args.output_dir) / f"{args.env_id}__{args.exp_name}__{seed}__0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "args.json").write_text(json.dumps({"num_envs": args.num_envs, "exp_name": args.exp_name}))
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for i in range(1, 5):
+            step = i * args.total_timesteps // 4
+            point = {"global_step": step, "charts/episodic_return": args.fake_return * i / 4 + seed}
+            f.write(json.dumps({**point, "charts/SPS": 1000.0}) + "\\n")
+    if args.fake_mode != "no-eval":
+        mean = args.fake_return + seed
+        (run_dir / "eval.json").write_text(json.dumps({"returns": [mean], "lengths": [1], "mean": mean,
+                                                       "std": 0.0, "episodes": 1}))
+'''
+
+
+def write_suite(tmp_path: Path, entries: str) -> Path:
+    script = tmp_path / "fake_algo.py"
+    script.write_text(FAKE_SCRIPT)
+    suite = tmp_path / "suite.toml"
+    header = f"[defaults]\nseeds = 2\nquick_seeds = 1\ntimeout = 20\nquick_timeout = 20\n\n# {script}\n"
+    suite.write_text(header + textwrap.dedent(entries).replace("FAKE", str(script)))
+    return suite
+
+
+def run_harness(tmp_path: Path, suite: Path, *flags: str) -> tuple[int, dict]:
+    out = tmp_path / "out"
+    code = bench.main(["--suite", str(suite), "--out", str(out), "--no-ceiling", "--no-seed-scaling", *flags])
+    return code, json.loads((out / "results.json").read_text())
+
+
+def test_suite_file_parses_and_covers_the_issue():
+    suite = bench.load_suite()
+    full = {(e.name, e.env) for e in bench.select_entries(suite, quick=False)}
+    assert {
+        ("ppo_jax_scan", "CartPole-v1"),
+        ("ppo_jax_scan", "Acrobot-v1"),
+        ("ppo_jax_scan", "Pendulum-v1"),
+        ("ppo_jax_scan", "Breakout-MinAtar"),
+        ("dqn_jax", "CartPole-v1"),
+        ("dqn_jax", "Breakout-MinAtar"),
+        ("sac_jax", "Pendulum-v1"),
+        ("ppo_multigpu", "CartPole-v1"),
+    } <= full
+    quick = bench.select_entries(suite, quick=True)
+    assert {e.name for e in quick} == {"ppo_jax_scan", "dqn_jax", "sac_jax", "ppo_multigpu"}
+    for entry in quick:  # a quick budget is shorter and its threshold lower than the full one
+        (same,) = [
+            e for e in bench.select_entries(suite, quick=False) if (e.name, e.env) == (entry.name, entry.env)
+        ]
+        assert entry.total_timesteps < same.total_timesteps and entry.threshold < same.threshold
+    assert suite["seed_scaling"]["seeds"] == [1, 8, 64]
+
+
+def test_select_entries_filters_and_overrides():
+    suite = bench.load_suite()
+    ppo = bench.select_entries(suite, quick=False, algos=["ppo"], envs=["CartPole-v1"], seeds=5, timeout=7)
+    assert {e.name for e in ppo} == {"ppo_jax_scan", "ppo_multigpu"}
+    assert all(e.seeds == 5 and e.timeout == 7 and e.env == "CartPole-v1" for e in ppo)
+    (dqn,) = bench.select_entries(suite, quick=True, algos=["dqn_jax"])
+    assert dqn.flags["learning-starts"] < 10_000  # the quick table's flags override the full ones
+
+
+def test_flag_list_spells_tyro_flags():
+    flags = {"num-envs": 8, "normalize-obs": True, "anneal-lr": False, "learning-rate": 1e-3}
+    assert bench.flag_list(flags) == [
+        "--num-envs",
+        "8",
+        "--normalize-obs",
+        "--no-anneal-lr",
+        "--learning-rate",
+        "0.001",
+    ]
+
+
+def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
+    suite = write_suite(
+        tmp_path,
+        """
+        [[entry]]
+        script = "FAKE"
+        env = "Good-v0"
+        total_timesteps = 400
+        threshold = 50.0
+        flags = { fake-return = 100.0, num-envs = 4 }
+
+        [[entry]]
+        script = "FAKE"
+        env = "Weak-v0"
+        total_timesteps = 400
+        threshold = 500.0
+        flags = { fake-return = 100.0 }
+
+        [[entry]]
+        script = "FAKE"
+        env = "Crash-v0"
+        total_timesteps = 400
+        threshold = 0.0
+        flags = { fake-mode = "crash" }
+
+        [[entry]]
+        script = "FAKE"
+        env = "NoEval-v0"
+        total_timesteps = 400
+        threshold = 0.0
+        flags = { fake-mode = "no-eval" }
+
+        [[entry]]
+        script = "FAKE"
+        env = "Hang-v0"
+        total_timesteps = 400
+        threshold = 0.0
+        timeout = 2
+        flags = { fake-mode = "hang" }
+
+        [[entry]]
+        script = "vibe_rl/no_such_script.py"
+        env = "CartPole-v1"
+        total_timesteps = 400
+        threshold = 0.0
+        """,
+    )
+    code, report = run_harness(tmp_path, suite)
+    assert code == 1
+    status = {r["env"]: r["status"] for r in report["entries"]}
+    assert status == {
+        "Good-v0": "pass",
+        "Weak-v0": "fail",
+        "Crash-v0": "crash",
+        "NoEval-v0": "crash",
+        "Hang-v0": "timeout",
+        "CartPole-v1": "missing",
+    }
+    good = report["entries"][0]
+    assert good["seed_eval_means"] == [101.0, 102.0]  # 2 seeds, one subprocess
+    assert good["eval_mean"] == pytest.approx(101.5) and good["eval_std"] == pytest.approx(0.5)
+    assert good["compile_s"] == pytest.approx(0.5)
+    assert good["env_steps_per_s"] == pytest.approx(2000.0)  # seeds x the logged charts/SPS
+    assert good["num_envs"] == 4
+    assert "something broke" in report["entries"][2]["note"]
+    for key in ("jax", "jaxlib", "device_kind", "date", "hostname", "cpu_count"):
+        assert key in report["machine"]
+
+    table = (tmp_path / "out" / "results.md").read_text()
+    for word in ("| fake_algo | Good-v0 | 2 |", "101.5 ± 0.5", "FAIL", "CRASH", "TIMEOUT", "MISSING"):
+        assert word in table
+    assert (tmp_path / "out" / "curves_Good-v0.png").stat().st_size > 1000
+
+
+def test_all_passing_exits_zero_and_quick_uses_the_quick_table(tmp_path):
+    suite = write_suite(
+        tmp_path,
+        """
+        [[entry]]
+        script = "FAKE"
+        env = "Good-v0"
+        total_timesteps = 100_000
+        threshold = 1000.0
+        quick = { total_timesteps = 400, threshold = 10.0, flags = { fake-return = 20.0 } }
+
+        [[entry]]
+        script = "FAKE"
+        env = "FullOnly-v0"
+        total_timesteps = 400
+        threshold = 1000.0
+        """,
+    )
+    code, report = run_harness(tmp_path, suite, "--quick")
+    assert code == 0
+    (entry,) = report["entries"]
+    assert (entry["env"], entry["seeds"], entry["total_timesteps"], entry["status"]) == (
+        "Good-v0",
+        1,
+        400,
+        "pass",
+    )
+    assert entry["curves"][0][0] == [100, 200, 300, 400]
+
+
+def test_docs_block_is_replaced_not_duplicated(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nhow to run\n")
+    report = {"preset": "quick", "machine": {"backend": "cpu"}}
+    plot = tmp_path / "curves_X.png"
+    plot.write_bytes(b"png")
+    bench.update_docs(report, "| old |\n", [plot], docs)
+    bench.update_docs(report, "| new |\n", [plot], docs)
+    text = docs.read_text()
+    assert "how to run" in text and "| new |" in text and "| old |" not in text
+    assert text.count("<!-- results:quick-cpu -->") == 1
+    assert (tmp_path / "benchmarks" / "quick-cpu-curves_X.png").is_file()
+
+
+def test_harness_runs_as_python_dash_m(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmark", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "--quick" in result.stdout and "--peers" in result.stdout
+
+
+@pytest.mark.slow
+def test_quick_preset_on_ppo_passes(tmp_path):
+    code = bench.main(["--quick", "--algos", "ppo_jax_scan", "--out", str(tmp_path), "--no-seed-scaling"])
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert code == 0, (tmp_path / "results.md").read_text()
+    (entry,) = report["entries"]
+    assert entry["status"] == "pass" and entry["ceiling_sps"] > 0
