@@ -165,3 +165,40 @@ def tree_equal(a: Any, b: Any) -> bool:
         x.shape == y.shape and bool(jnp.all(jnp.asarray(x) == jnp.asarray(y)))
         for x, y in zip(leaves_a, leaves_b, strict=True)
     )
+
+
+class CountingProbe(environment.Environment):
+    """Observation [t] (the step count in the episode), reward 1 every step.
+
+    With terminate_at=None it only ends by the time limit (truncation) after
+    max_steps_in_episode steps; with terminate_at=k it terminates at step k. The final
+    observation [t] differs from the reset observation [0], so a test can tell whether a
+    learner stored the real final observation or the auto-reset one.
+    """
+
+    def __init__(self, terminate_at: int | None = None):
+        super().__init__()
+        self.terminate_at = terminate_at
+
+    @property
+    def default_params(self) -> ProbeParams:
+        return ProbeParams()
+
+    def step_env(self, key, state, action, params):
+        state = ProbeState(time=state.time + 1)
+        terminated = jnp.asarray(False) if self.terminate_at is None else state.time >= self.terminate_at
+        obs = jnp.asarray([state.time], jnp.float32)
+        return obs, state, jnp.asarray(1.0), terminated, {}
+
+    def reset_env(self, key, params):
+        return jnp.zeros(1), ProbeState(time=0)
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 100.0, (1,), jnp.float32)
+
+    @property
+    def name(self) -> str:
+        return "CountingProbe"
