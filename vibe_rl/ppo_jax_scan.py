@@ -351,7 +351,6 @@ class Transition(NamedTuple):
 
     obs: jax.Array  # [N, obs_dim] raw observation the action was taken in
     action: jax.Array  # [N] (discrete) or [N, A] (continuous, before clipping)
-    log_prob: jax.Array  # [N] log pi_old(action | obs)
     reward: jax.Array  # [N] (scaled when --normalize-reward)
     terminated: jax.Array  # [N] bool: true end of the episode, no bootstrap
     truncated: jax.Array  # [N] bool: time limit reached, bootstrap from final_obs
@@ -576,7 +575,6 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
         key, action_key, step_key = jax.random.split(state.key, 3)
         policy = actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
         action = policy.sample(action_key)  # [N] or [N, A]
-        log_prob = policy.log_prob(action)  # [N]
         env_action = action if spec.discrete else jnp.clip(action, low, high)  # clip to bounds
         next_obs, env_state, reward, terminated, truncated, info = step_envs(
             jax.random.split(step_key, num_envs), state.env_state, env_action, env_params
@@ -593,7 +591,6 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
         transition = Transition(
             obs=state.obs,
             action=action,
-            log_prob=log_prob,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
@@ -667,13 +664,16 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
         rollout_start = state
         state, traj = jax.lax.scan(rollout_step, state, None, args.num_steps)  # [T, N, ...]
 
-        # Values of all observations at once (the critic is not needed while acting).
+        # Log-probabilities and values of the whole rollout in one batched pass each: the
+        # parameters did not change while acting, and one big matmul beats T small ones.
         def value(obs: jax.Array) -> jax.Array:
             return critic.apply(
                 state.params.critic, normalize(obs, rollout_start.obs_rms, args.normalize_obs)
             )
 
-        values = value(traj.obs)  # [T, N]
+        obs = normalize(traj.obs, rollout_start.obs_rms, args.normalize_obs)  # [T, N, obs_dim]
+        log_probs = actor.apply(state.params.actor, obs).log_prob(traj.action)  # [T, N] log pi_old
+        values = critic.apply(state.params.critic, obs)  # [T, N]
         final_values = value(traj.final_obs)  # [T, N]
         last_value = value(state.obs)  # [N]
         advantages, targets = compute_gae(
@@ -687,9 +687,9 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
             args.gae_lambda,
         )
         batch = Batch(  # [T, N, ...] -> [T*N, ...]
-            obs=normalize(traj.obs, rollout_start.obs_rms, args.normalize_obs),
+            obs=obs,
             action=traj.action,
-            log_prob=traj.log_prob,
+            log_prob=log_probs,
             value=values,
             advantage=advantages,
             target=targets,
@@ -1058,6 +1058,81 @@ def resolve_run_dirs(args: Args) -> tuple[Args, list[Path]]:
     return saved, run_dirs
 
 
+def initial_state(ppo: PPO, args: Args, run_dirs: list[Path]) -> RunnerState:
+    """Fresh state for every seed, or the seeds' checkpoints with --resume. Leaves: [S, ...]."""
+    keys = jnp.stack([jax.random.PRNGKey(seed_of(d)) for d in run_dirs])  # [S, 2]
+    state = jax.jit(jax.vmap(ppo.init))(keys)
+    if args.resume is None:
+        return state
+    template = seed_slice(state, 0)
+    restored = [load_checkpoint(d, template) for d in run_dirs]
+    state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
+    for run_dir in run_dirs:  # drop points logged after the checkpoint
+        path = run_dir / "metrics.jsonl"
+        if path.exists():
+            last_step = int(state.update[0]) * args.batch_size
+            lines = [x for x in path.read_text().splitlines() if json.loads(x)["global_step"] <= last_step]
+            path.write_text("".join(line + "\n" for line in lines))
+    return state
+
+
+def seed_of(run_dir: Path) -> int:
+    return int(run_dir.name.split("__")[2])
+
+
+def check_finite(metrics: UpdateMetrics, state: RunnerState, first_update: int, num_valid: int) -> None:
+    """Stop on a non-finite loss or parameter; the last checkpoint (before this chunk) stays."""
+    losses = np.stack([metrics.value_loss, metrics.policy_loss])[:, :, :num_valid]  # [2, S, U]
+    params_finite = all(bool(np.isfinite(x).all()) for x in jax.tree.leaves(state.params))
+    if np.isfinite(losses).all() and params_finite:
+        return
+    bad = np.flatnonzero(~np.isfinite(losses).all(axis=(0, 1)))
+    bad_update = first_update + (int(bad[0]) if len(bad) else num_valid - 1)
+    print(
+        f"error: non-finite loss or parameters at update {bad_update}; stopping. The last good "
+        f"checkpoint (after update {first_update}) is kept.",
+        file=sys.stderr,
+    )
+    sys.exit(1)
+
+
+def print_progress(args: Args, metrics: UpdateMetrics, step: int, num_valid: int, sps: float, elapsed: float):
+    recent = metrics.episodic_return[:, :num_valid]  # [S, U]; the last quarter of the chunk
+    latest = np.nanmean(recent[:, -max(1, num_valid // 4) :]) if np.isfinite(recent).any() else np.nan
+    total = args.num_iterations * args.batch_size
+    filled = int(20 * step / total)
+    print(
+        f"[{'#' * filled}{'-' * (20 - filled)}] {step:>10,}/{total:,} steps | {sps:,.0f} SPS | "
+        f"return {latest:8.2f} | {elapsed:6.1f}s",
+        flush=True,
+    )
+
+
+def finish_run(args: Args, spec: EnvSpec, state: RunnerState, run_dirs: list[Path], loggers: list[RunLogger]):
+    """Final deterministic evaluation of every seed in one program; eval.json, plot, model, video."""
+    evaluate = jax.jit(jax.vmap(make_evaluate(args, spec)))
+    eval_keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(seed_of(d)), 1) for d in run_dirs])
+    result = evaluate(state.params, state.obs_rms, eval_keys)
+    for i, (run_dir, logger) in enumerate(zip(run_dirs, loggers, strict=True)):
+        summary = eval_summary(EvalResult(result.returns[i], result.lengths[i], None))
+        summary["global_step"] = args.num_iterations * args.batch_size
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        logger.close()
+        plot_returns(run_dir, f"PPO on {args.env_id}, seed {seed_of(run_dir)}")
+        if args.save_model:
+            model = {"params": seed_slice(state.params, i), "obs_rms": seed_slice(state.obs_rms, i)}
+            (run_dir / f"{args.exp_name}.flax").write_bytes(flax.serialization.to_bytes(model))
+        if args.capture_video:
+            first_episode = jax.tree.map(lambda x: x[:, 0], seed_slice(result.env_states, i))  # [T_max]
+            frames = render_frames(spec, args.env_id, first_episode, int(result.lengths[i][0]))
+            write_gif(run_dir / "videos" / "eval.gif", frames)
+        print(
+            f"{run_dir}: eval return {summary['mean']:.2f} +- {summary['std']:.2f} "
+            f"over {summary['episodes']} episodes"
+        )
+
+
 def main() -> None:
     args = tyro.cli(Args)
     try:  # every bad input is reported here, before anything compiles
@@ -1070,38 +1145,20 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     ppo = build_ppo(args, spec)
-    seeds = [int(d.name.split("__")[2]) for d in run_dirs]
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])  # [S, 2]
-    state = jax.jit(jax.vmap(ppo.init))(keys)  # every leaf [S, ...]
-    if args.resume is not None:
-        template = seed_slice(state, 0)
-        restored = [load_checkpoint(d, template) for d in run_dirs]
-        state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
-    done_updates = int(state.update[0])
-    first_chunk = done_updates // args.updates_per_chunk
-
-    if args.resume is not None:  # drop points logged after the checkpoint
-        for run_dir in run_dirs:
-            path = run_dir / "metrics.jsonl"
-            if path.exists():
-                keep = [
-                    line
-                    for line in path.read_text().splitlines()
-                    if json.loads(line)["global_step"] <= done_updates * args.batch_size
-                ]
-                path.write_text("".join(line + "\n" for line in keep))
-    loggers = [RunLogger(d, args, s) for d, s in zip(run_dirs, seeds, strict=True)]
+    state = initial_state(ppo, args, run_dirs)
+    loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
     # One chunk shape, compiled once; the state is donated so it is updated in place.
     run_chunk = jax.jit(jax.vmap(ppo.run_chunk, in_axes=(0, None)), donate_argnums=0)
     compile_start = time.perf_counter()
     compiled = run_chunk.lower(state, jnp.asarray(0, jnp.int32)).compile()
+    compile_seconds = time.perf_counter() - compile_start
     print(
         f"compiled one chunk ({args.updates_per_chunk} updates x {args.batch_size} steps, "
-        f"{len(seeds)} seed(s)) in {time.perf_counter() - compile_start:.1f}s"
+        f"{len(run_dirs)} seed(s)) in {compile_seconds:.1f}s"
     )
 
-    stop_signal: list[int] = []
+    stop_signal: list[int] = []  # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit
 
     def request_stop(signum: int, _frame: Any) -> None:
         stop_signal.append(signum)
@@ -1110,7 +1167,8 @@ def main() -> None:
     previous_handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
     train_start = time.perf_counter()
-    steps_done_at_start = done_updates * args.batch_size
+    first_chunk = int(state.update[0]) // args.updates_per_chunk
+    steps_trained = 0
     for chunk in range(first_chunk, args.num_chunks):
         first_update = chunk * args.updates_per_chunk
         chunk_start = time.perf_counter()
@@ -1118,21 +1176,9 @@ def main() -> None:
         metrics = jax.tree.map(np.asarray, metrics)  # [S, updates_per_chunk]
         chunk_seconds = time.perf_counter() - chunk_start
         num_valid = min(args.updates_per_chunk, args.num_iterations - first_update)
+        check_finite(metrics, state, first_update, num_valid)
 
-        losses = np.stack([metrics.value_loss, metrics.policy_loss])[:, :, :num_valid]
-        params_finite = all(bool(np.isfinite(x).all()) for x in jax.tree.leaves(state.params))
-        if not np.isfinite(losses).all() or not params_finite:
-            bad = np.argwhere(~np.isfinite(losses).all(axis=(0, 1)))
-            bad_update = first_update + (int(bad[0, 0]) if len(bad) else num_valid - 1)
-            print(
-                f"error: non-finite loss or parameters at update {bad_update} "
-                f"(global step {(bad_update + 1) * args.batch_size}); the last good checkpoint "
-                f"(update {first_update}) is kept in {run_dirs[0].parent}",
-                file=sys.stderr,
-            )
-            sys.exit(1)
-
-        sps = num_valid * args.batch_size / chunk_seconds
+        sps = num_valid * args.batch_size / chunk_seconds  # per seed
         for i, logger in enumerate(loggers):
             for u in range(num_valid):
                 values = {tag: float(getattr(metrics, name)[i, u]) for name, tag in METRIC_TAGS.items()}
@@ -1142,20 +1188,10 @@ def main() -> None:
             logger.jsonl.flush()
             save_checkpoint(run_dirs[i], seed_slice(state, i))
 
-        step = (first_update + num_valid) * args.batch_size
-        recent = metrics.episodic_return[:, :num_valid]
-        latest = (
-            np.nanmean(recent[:, -max(1, num_valid // 4) :]) if np.isfinite(recent).any() else float("nan")
-        )
-        frac = step / (args.num_iterations * args.batch_size)
-        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
+        steps_trained += num_valid * args.batch_size
         elapsed = time.perf_counter() - train_start
-        overall_sps = (step - steps_done_at_start) * len(seeds) / max(elapsed, 1e-9)
-        print(
-            f"[{bar}] {step:>10,}/{args.num_iterations * args.batch_size:,} steps | "
-            f"{overall_sps:,.0f} SPS | return {latest:8.2f} | {elapsed:6.1f}s",
-            flush=True,
-        )
+        step = (first_update + num_valid) * args.batch_size
+        print_progress(args, metrics, step, num_valid, steps_trained / elapsed, elapsed)
         if stop_signal and chunk < args.num_chunks - 1:
             for logger in loggers:
                 logger.close()
@@ -1166,29 +1202,12 @@ def main() -> None:
             sys.exit(128 + stop_signal[0])
     for s, handler in previous_handlers.items():
         signal.signal(s, handler)
-
-    # Final deterministic evaluation, every seed in one program.
-    evaluate = jax.jit(jax.vmap(make_evaluate(args, spec)))
-    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    result = evaluate(state.params, state.obs_rms, eval_keys)
-    for i, (run_dir, logger) in enumerate(zip(run_dirs, loggers, strict=True)):
-        summary = eval_summary(EvalResult(result.returns[i], result.lengths[i], None))
-        summary["global_step"] = args.num_iterations * args.batch_size
-        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
-        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
-        logger.close()
-        plot_returns(run_dir, f"{args.env_id} PPO seed {seeds[i]}")
-        if args.save_model:
-            model = {"params": seed_slice(state.params, i), "obs_rms": seed_slice(state.obs_rms, i)}
-            (run_dir / f"{args.exp_name}.flax").write_bytes(flax.serialization.to_bytes(model))
-        if args.capture_video:
-            first_episode = jax.tree.map(lambda x: x[:, 0], seed_slice(result.env_states, i))  # [T_max]
-            frames = render_frames(spec, args.env_id, first_episode, int(result.lengths[i][0]))
-            write_gif(run_dir / "videos" / "eval.gif", frames)
-        print(
-            f"{run_dir}: eval return {summary['mean']:.2f} +- {summary['std']:.2f} "
-            f"over {summary['episodes']} episodes"
-        )
+    train_seconds = time.perf_counter() - train_start
+    print(
+        f"trained {steps_trained:,} steps x {len(run_dirs)} seed(s) in {train_seconds:.2f}s "
+        f"({steps_trained / train_seconds:,.0f} SPS per seed), compile {compile_seconds:.2f}s"
+    )
+    finish_run(args, spec, state, run_dirs, loggers)
 
 
 if __name__ == "__main__":
