@@ -294,7 +294,8 @@ class Actor(nn.Module):
         out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), bias_init=constant(0.0))(x)
         if self.discrete:
             return Categorical(out)
-        log_std = self.param("log_std", constant(0.0), (self.action_dim,))  # state-independent
+        # [PPO-14] state-independent log-std, a free parameter initialised to 0 (std 1)
+        log_std = self.param("log_std", constant(0.0), (self.action_dim,))
         return DiagGaussian(out, log_std)
 
 
@@ -459,7 +460,7 @@ def compute_gae(
     """
     next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
     # value of what followed step t inside the same episode
-    next_values = jnp.where(truncated, final_values, next_values)
+    next_values = jnp.where(truncated, final_values, next_values)  # [PPO-18] time limits
     next_values = jnp.where(terminated, 0.0, next_values)
     episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
     deltas = rewards + gamma * next_values - values  # [T, N]
@@ -512,7 +513,7 @@ def value_loss_fn(
 
 
 def explained_variance(predicted: jax.Array, target: jax.Array) -> jax.Array:
-    """1 - Var(target - predicted) / Var(target); NaN when the target is constant."""
+    """[PPO-12] 1 - Var(target - predicted) / Var(target); NaN when the target is constant."""
     var_target = jnp.var(target)
     return jnp.where(var_target == 0, jnp.nan, 1.0 - jnp.var(target - predicted) / var_target)
 
@@ -575,14 +576,15 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
         key, action_key, step_key = jax.random.split(state.key, 3)
         policy = actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
         action = policy.sample(action_key)  # [N] or [N, A]
-        env_action = action if spec.discrete else jnp.clip(action, low, high)  # clip to bounds
+        # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
+        env_action = action if spec.discrete else jnp.clip(action, low, high)
         next_obs, env_state, reward, terminated, truncated, info = step_envs(
             jax.random.split(step_key, num_envs), state.env_state, env_action, env_params
         )
         done = jnp.logical_or(terminated, truncated)  # [N]
         episode_return = state.episode_return + reward
         episode_length = state.episode_length + 1
-        # Reward scaling: divide by the std of the discounted return (CleanRL's NormalizeReward)
+        # [PPO-17] reward scaling: divide by the std of the discounted return (NormalizeReward)
         discounted_return = state.discounted_return * args.gamma + reward
         return_rms = state.return_rms
         if args.normalize_reward:
@@ -704,7 +706,7 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
         )  # info: [E, M]
 
         obs_rms = state.obs_rms
-        if args.normalize_obs:  # statistics for the next rollout, from this rollout's obs
+        if args.normalize_obs:  # [PPO-16] statistics for the next rollout, from this one's obs
             obs_rms = rms_update(obs_rms, traj.obs.reshape(args.batch_size, -1))
         done = jnp.logical_or(traj.terminated, traj.truncated)  # [T, N]
         num_done = done.sum()
