@@ -426,7 +426,7 @@ def markdown(report: dict[str, Any]) -> str:
         if r["note"]:
             result += f" ({r['note'][:80]})".replace("|", "/")
         ceil = r.get("ceiling_sps")
-        frac = fmt(100 * r["env_steps_per_s"] / ceil) if ceil and r["env_steps_per_s"] else "–"
+        frac = f"{100 * r['env_steps_per_s'] / ceil:.2g}" if ceil and r["env_steps_per_s"] else "–"
         lines.append(
             f"| {r['name']} | {r['env']} | {r['seeds']} | {r['total_timesteps']:,} | {ret} "
             f"| {r['threshold']:g} "
