@@ -164,7 +164,8 @@ def launch(
     """Run `python script flags --output-dir output_dir`; stdout+stderr go to `log`."""
     if not script.is_file():
         return RunOutcome("missing", 0.0, None, [], f"{script} does not exist")
-    output_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(output_dir, ignore_errors=True)  # only this run's directories are read back
+    output_dir.mkdir(parents=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [python, str(script), *flags, "--output-dir", str(output_dir)]
     env = {**os.environ, "WANDB_MODE": "offline", "MPLBACKEND": "Agg"}
@@ -209,6 +210,10 @@ def learning_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     return [p["global_step"] for p in points], [p["charts/episodic_return"] for p in points]
 
 
+def read_evals(run_dirs: list[Path]) -> list[dict[str, Any]]:
+    return [json.loads((d / "eval.json").read_text()) for d in run_dirs if (d / "eval.json").is_file()]
+
+
 def median_sps(run_dir: Path) -> float | None:
     values = [p["charts/SPS"] for p in read_jsonl(run_dir / "metrics.jsonl") if "charts/SPS" in p]
     return float(np.median(values)) if values else None
@@ -249,12 +254,11 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     outcome = launch(
         ROOT / entry.script, flags, out / "runs" / tag, entry.timeout, out / "logs" / f"{tag}.log"
     )
-    evals = [
-        json.loads((d / "eval.json").read_text()) for d in outcome.run_dirs if (d / "eval.json").is_file()
-    ]
-    seed_means = [e["mean"] for e in evals]
+    seed_means = [e["mean"] for e in read_evals(outcome.run_dirs)]
     mean, std = mean_std(seed_means)
-    status = outcome.status
+    status, note = outcome.status, outcome.note
+    if status == "ok" and len(seed_means) != entry.seeds:
+        status, note = "crash", f"{len(seed_means)} run directories for {entry.seeds} seeds"
     if status == "ok":
         status = "pass" if mean >= entry.threshold else "fail"
     sps_logged = [s for s in map(median_sps, outcome.run_dirs) if s is not None]
@@ -268,7 +272,7 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         **asdict(entry),
         "name": entry.name,
         "status": status,
-        "note": outcome.note,
+        "note": note,
         "eval_mean": mean,
         "eval_std": std,
         "seed_eval_means": seed_means,
@@ -279,7 +283,7 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         "curves": [learning_curve(d) for d in outcome.run_dirs],
         "run_dirs": [str(d) for d in outcome.run_dirs],
     }
-    print(f"  {entry.name} {entry.env}: {status} {fmt(mean)} (threshold {entry.threshold}) {outcome.note}")
+    print(f"  {entry.name} {entry.env}: {status} {fmt(mean)} (threshold {entry.threshold}) {note}")
     return result
 
 
@@ -318,9 +322,13 @@ def ceiling(env_id: str, num_envs: int) -> float | None:
     return float(found.group(1).replace(",", "")) if done.returncode == 0 and found else None
 
 
+def budget(spec: dict[str, Any], quick: bool) -> int:
+    return spec["quick_total_timesteps"] if quick else spec["total_timesteps"]
+
+
 def seed_scaling(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, Any]]:
     """Training time of 1, 8, 64 seeds vmapped in one program, and its ratio to 1 seed."""
-    steps = spec["quick_total_timesteps"] if quick else spec["total_timesteps"]
+    steps = budget(spec, quick)
     rows = []
     for seeds in spec["seeds"]:
         flags = ["--env-id", spec["env"], "--total-timesteps", str(steps), "--num-seeds", str(seeds)]
@@ -357,8 +365,12 @@ def peer_python(peer: str) -> str | None:
 
 def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, Any]]:
     """ppo_jax_scan and each installed peer on the same env, budget and hyperparameters."""
-    steps = spec["quick_total_timesteps"] if quick else spec["total_timesteps"]
-    flags = {"env-id": spec["env"], "total-timesteps": steps, "seed": 1, **spec.get("flags", {})}
+    flags = {
+        "env-id": spec["env"],
+        "total-timesteps": budget(spec, quick),
+        "seed": 1,
+        **spec.get("flags", {}),
+    }
     rows = []
     ours = launch(
         ROOT / spec["script"], flag_list(flags), out / "peers" / "ours", 3600, out / "logs" / "peer_ours.log"
@@ -385,9 +397,7 @@ def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, An
 
 
 def peer_row(system: str, outcome: RunOutcome) -> dict[str, Any]:
-    evals = [
-        json.loads((d / "eval.json").read_text()) for d in outcome.run_dirs if (d / "eval.json").is_file()
-    ]
+    evals = read_evals(outcome.run_dirs)
     row = {
         "system": system,
         "status": outcome.status,

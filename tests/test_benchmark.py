@@ -113,54 +113,25 @@ def test_flag_list_spells_tyro_flags():
     ]
 
 
-def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
-    suite = write_suite(
-        tmp_path,
-        """
-        [[entry]]
-        script = "FAKE"
-        env = "Good-v0"
-        total_timesteps = 400
-        threshold = 50.0
-        flags = { fake-return = 100.0, num-envs = 4 }
-
-        [[entry]]
-        script = "FAKE"
-        env = "Weak-v0"
-        total_timesteps = 400
-        threshold = 500.0
-        flags = { fake-return = 100.0 }
-
-        [[entry]]
-        script = "FAKE"
-        env = "Crash-v0"
-        total_timesteps = 400
-        threshold = 0.0
-        flags = { fake-mode = "crash" }
-
-        [[entry]]
-        script = "FAKE"
-        env = "NoEval-v0"
-        total_timesteps = 400
-        threshold = 0.0
-        flags = { fake-mode = "no-eval" }
-
-        [[entry]]
-        script = "FAKE"
-        env = "Hang-v0"
-        total_timesteps = 400
-        threshold = 0.0
-        timeout = 2
-        flags = { fake-mode = "hang" }
-
-        [[entry]]
-        script = "vibe_rl/no_such_script.py"
-        env = "CartPole-v1"
-        total_timesteps = 400
-        threshold = 0.0
-        """,
+def fake_entry(env: str, threshold: float, script: str = "FAKE", timeout: float = 20, **flags: object) -> str:
+    """One [[entry]] of a suite running the fake script; keyword flags become --kebab-case flags."""
+    table = ", ".join(f"{k.replace('_', '-')} = {json.dumps(v)}" for k, v in flags.items())
+    return (
+        f'[[entry]]\nscript = "{script}"\nenv = "{env}"\ntotal_timesteps = 400\n'
+        f"threshold = {threshold}\ntimeout = {timeout}\nflags = {{ {table} }}\n\n"
     )
-    code, report = run_harness(tmp_path, suite)
+
+
+def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
+    entries = [
+        fake_entry("Good-v0", 50.0, fake_return=100.0, num_envs=4),
+        fake_entry("Weak-v0", 500.0, fake_return=100.0),
+        fake_entry("Crash-v0", 0.0, fake_mode="crash"),
+        fake_entry("NoEval-v0", 0.0, fake_mode="no-eval"),
+        fake_entry("Hang-v0", 0.0, timeout=2, fake_mode="hang"),
+        fake_entry("CartPole-v1", 0.0, script="vibe_rl/no_such_script.py"),
+    ]
+    code, report = run_harness(tmp_path, write_suite(tmp_path, "".join(entries)))
     assert code == 1
     status = {r["env"]: r["status"] for r in report["entries"]}
     assert status == {

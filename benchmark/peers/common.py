@@ -16,27 +16,33 @@ from typing import Any
 
 import numpy as np
 
+# The flags and their defaults (CleanRL ppo.py's CartPole config, as ppo_jax_scan's).
+PPO_FLAGS: dict[str, Any] = {
+    "env-id": "CartPole-v1",
+    "seed": 1,
+    "total-timesteps": 500_000,
+    "num-envs": 4,
+    "num-steps": 128,
+    "update-epochs": 4,
+    "num-minibatches": 4,
+    "learning-rate": 2.5e-4,
+    "clip-coef": 0.2,
+    "ent-coef": 0.01,
+    "vf-coef": 0.5,
+    "max-grad-norm": 0.5,
+    "gamma": 0.99,
+    "gae-lambda": 0.95,
+    "eval-episodes": 32,
+    "output-dir": "runs",
+    "exp-name": "",
+}
+
 
 def parse_ppo_args(description: str) -> argparse.Namespace:
-    """The PPO flags of vibe_rl/ppo_jax_scan.py that a peer can match (CleanRL's defaults)."""
+    """The PPO flags of vibe_rl/ppo_jax_scan.py that a peer can match, spelled the same."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--env-id", default="CartPole-v1")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--total-timesteps", type=int, default=500_000)
-    parser.add_argument("--num-envs", type=int, default=4)
-    parser.add_argument("--num-steps", type=int, default=128)
-    parser.add_argument("--update-epochs", type=int, default=4)
-    parser.add_argument("--num-minibatches", type=int, default=4)
-    parser.add_argument("--learning-rate", type=float, default=2.5e-4)
-    parser.add_argument("--clip-coef", type=float, default=0.2)
-    parser.add_argument("--ent-coef", type=float, default=0.01)
-    parser.add_argument("--vf-coef", type=float, default=0.5)
-    parser.add_argument("--max-grad-norm", type=float, default=0.5)
-    parser.add_argument("--gamma", type=float, default=0.99)
-    parser.add_argument("--gae-lambda", type=float, default=0.95)
-    parser.add_argument("--eval-episodes", type=int, default=32)
-    parser.add_argument("--output-dir", default="runs")
-    parser.add_argument("--exp-name", default=None)
+    for name, default in PPO_FLAGS.items():
+        parser.add_argument(f"--{name}", type=type(default), default=default)
     return parser.parse_args()
 
 
