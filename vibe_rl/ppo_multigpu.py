@@ -53,7 +53,6 @@ from typing import Any, NamedTuple
 
 import flax.linen as nn
 import flax.serialization
-import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +60,6 @@ import optax
 import orbax.checkpoint as ocp
 import tyro
 from flax.linen.initializers import constant, orthogonal
-from gymnax.environments import spaces
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -195,6 +193,9 @@ def validate_args(args: Args, num_devices: int | None = None) -> Args:
         if getattr(args, name) <= 0:
             flag = "--" + name.replace("_", "-")
             raise ArgsError(f"{flag} must be a positive integer, got {getattr(args, name)}")
+    import gymnax  # not at the top: see make_env
+    from gymnax.environments import spaces
+
     if args.env_id not in gymnax.registered_envs:
         valid = ", ".join(gymnax.registered_envs)
         raise ArgsError(f"--env-id {args.env_id!r} is not a gymnax environment; valid: {valid}")
@@ -305,6 +306,11 @@ class EnvSpec(NamedTuple):
 
 
 def make_env(env_id: str) -> EnvSpec:
+    # gymnax is imported here, not at the top of the file: importing it starts JAX's
+    # backend, and with --distributed jax.distributed.initialize must come before that.
+    import gymnax
+    from gymnax.environments import spaces
+
     env, env_params = gymnax.make(env_id)
     obs_shape = env.observation_space(env_params).shape
     action_space = env.action_space(env_params)
@@ -1462,6 +1468,8 @@ def main() -> None:
     returns, lengths = to_host(result.returns), to_host(result.lengths)
     final_params = to_host(jax.jit(lambda p: p, out_shardings=replicated)(state.params))
     obs_rms = to_host(state.obs_rms)
+    if not is_main:  # every process took part in the programs above; only process 0 writes
+        return
     for i, (run_dir, logger) in enumerate(zip(run_dirs, loggers, strict=True)):
         summary = eval_summary(EvalResult(returns[i], lengths[i], None))
         summary["global_step"] = args.num_iterations * args.batch_size
