@@ -216,3 +216,39 @@ def test_quick_preset_on_ppo_passes(tmp_path):
     assert code == 0, (tmp_path / "results.md").read_text()
     (entry,) = report["entries"]
     assert entry["status"] == "pass" and entry["ceiling_sps"] > 0
+
+
+def test_a_peer_that_is_not_installed_is_skipped(monkeypatch):
+    monkeypatch.setitem(bench.PEERS, "sb3", ("no_such_module_here", "sb3_ppo.py", "VIBE_RL_SB3_PYTHON"))
+    assert bench.peer_python("sb3") is None
+    monkeypatch.setitem(bench.PEERS, "sb3", ("json", "sb3_ppo.py", "VIBE_RL_SB3_PYTHON"))
+    monkeypatch.setenv("VIBE_RL_SB3_PYTHON", sys.executable)
+    assert bench.peer_python("sb3") == sys.executable
+
+
+def test_markdown_has_seed_scaling_and_peer_ratios():
+    machine = {k: "x" for k in ("command", "date", "device_kind", "backend", "cpu_count", "jax", "jaxlib")}
+    report = {
+        "machine": machine,
+        "entries": [],
+        "seed_scaling": [
+            {"seeds": 1, "train_s": 2.0, "compile_s": 5.0, "ratio": 1.0},
+            {"seeds": 8, "train_s": 6.0, "compile_s": 6.0, "ratio": 3.0},
+        ],
+        "peers": [
+            {"system": "vibe_rl", "status": "ok", "wall_s": 10.0, "eval_mean": 500.0, "wall_ratio": 1.0},
+            {
+                "system": "sb3",
+                "status": "ok",
+                "wall_s": 100.0,
+                "eval_mean": 250.0,
+                "wall_ratio": 10.0,
+                "return_ratio": 0.5,
+            },
+            {"system": "rejax", "status": "skipped", "note": "not installed"},
+        ],
+    }
+    table = bench.markdown(report)
+    assert "| 8 | 6.00 | 6.0 | 3.00 |" in table
+    assert "| sb3 | ok  | 100.0 | – | 250.0 | 10.00 | 0.50 |" in table
+    assert "| rejax | skipped not installed |" in table
