@@ -202,3 +202,21 @@ class CountingProbe(environment.Environment):
     @property
     def name(self) -> str:
         return "CountingProbe"
+
+
+class AsymmetricBoxProbe(ConstantRewardProbe):
+    """ConstantRewardProbe with two continuous action dimensions whose bounds are neither
+    symmetric nor centred on 0: [-3, -1] and [0.5, 4]."""
+
+    low = (-3.0, 0.5)
+    high = (-1.0, 4.0)
+
+    def __init__(self):
+        super().__init__(continuous=True)
+
+    def action_space(self, params=None):
+        return spaces.Box(low=jnp.array(self.low), high=jnp.array(self.high), shape=(2,), dtype=jnp.float32)
+
+    @property
+    def name(self) -> str:
+        return "AsymmetricBoxProbe"
