@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITE = Path(__file__).with_name("suite.toml")
 PEERS_DIR = Path(__file__).with_name("peers")
 COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.MULTILINE)
+TRAINED = re.compile(r"^trained .* in ([0-9.]+)s", re.MULTILINE)  # the peer runners print it
 DOCS_PATH = ROOT / "docs" / "benchmarks.md"
 
 
@@ -372,10 +373,9 @@ def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, An
         **spec.get("flags", {}),
     }
     rows = []
-    ours = launch(
-        ROOT / spec["script"], flag_list(flags), out / "peers" / "ours", 3600, out / "logs" / "peer_ours.log"
-    )
-    rows.append(peer_row("vibe_rl " + Path(spec["script"]).stem, ours))
+    log = out / "logs" / "peer_ours.log"
+    ours = launch(ROOT / spec["script"], flag_list(flags), out / "peers" / "ours", 3600, log)
+    rows.append(peer_row("vibe_rl " + Path(spec["script"]).stem, ours, log, flags["total-timesteps"]))
     for peer, (module, runner, variable) in PEERS.items():
         python = peer_python(peer)
         if python is None:
@@ -386,24 +386,29 @@ def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, An
         peer_out = out / "peers" / peer
         log = out / "logs" / f"peer_{peer}.log"
         outcome = launch(PEERS_DIR / runner, flag_list(flags), peer_out, 3600, log, python)
-        rows.append(peer_row(peer, outcome))
+        rows.append(peer_row(peer, outcome, log, flags["total-timesteps"]))
     base = rows[0]
     for row in rows:
-        if row.get("wall_s") and base.get("wall_s"):
-            row["wall_ratio"] = row["wall_s"] / base["wall_s"]
+        for key in ("wall_s", "train_s"):
+            if row.get(key) and base.get(key):
+                row[key.replace("_s", "_ratio")] = row[key] / base[key]
         if row.get("eval_mean") is not None and base.get("eval_mean"):
             row["return_ratio"] = row["eval_mean"] / base["eval_mean"]
     return rows
 
 
-def peer_row(system: str, outcome: RunOutcome) -> dict[str, Any]:
+def peer_row(system: str, outcome: RunOutcome, log: Path, steps: int) -> dict[str, Any]:
+    """A peer's figures; train s is its "trained ... in Xs" line or, for ours, steps / charts/SPS."""
     evals = read_evals(outcome.run_dirs)
+    trained = TRAINED.findall(log.read_text()) if log.is_file() else []
+    sps = median_sps(outcome.run_dirs[0]) if outcome.run_dirs else None
     row = {
         "system": system,
         "status": outcome.status,
         "note": outcome.note,
         "wall_s": outcome.wall_s,
         "compile_s": outcome.compile_s,
+        "train_s": float(trained[-1]) if trained else (steps / sps if sps else None),
         "eval_mean": evals[0]["mean"] if evals else None,
     }
     print(f"  peer {system}: {outcome.status} wall {outcome.wall_s:.1f}s return {fmt(row['eval_mean'])}")
@@ -456,13 +461,17 @@ def markdown(report: dict[str, Any]) -> str:
             "Peers (same env, budget and PPO hyperparameters, 1 seed, each in its own process):",
             "",
         ]
-        lines += ["| system | result | wall s | compile s | eval return | wall / ours | return / ours |"]
-        lines += ["|---|---|---|---|---|---|---|"]
+        lines += [
+            "| system | result | wall s | compile s | train s | eval return | wall / ours | train / ours "
+            "| return / ours |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in report["peers"]:
+            result = f"{r['status']} {r.get('note', '')}".strip()
             lines.append(
-                f"| {r['system']} | {r['status']} {r.get('note', '')} | {fmt(r.get('wall_s'))} "
-                f"| {fmt(r.get('compile_s'))} | {fmt(r.get('eval_mean'))} | {fmt(r.get('wall_ratio'), 2)} "
-                f"| {fmt(r.get('return_ratio'), 2)} |"
+                f"| {r['system']} | {result} | {fmt(r.get('wall_s'))} | {fmt(r.get('compile_s'))} "
+                f"| {fmt(r.get('train_s'), 2)} | {fmt(r.get('eval_mean'))} | {fmt(r.get('wall_ratio'), 2)} "
+                f"| {fmt(r.get('train_ratio'), 2)} | {fmt(r.get('return_ratio'), 2)} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -236,7 +236,7 @@ def test_markdown_has_seed_scaling_and_peer_ratios():
             {"seeds": 8, "train_s": 6.0, "compile_s": 6.0, "ratio": 3.0},
         ],
         "peers": [
-            {"system": "vibe_rl", "status": "ok", "wall_s": 10.0, "eval_mean": 500.0, "wall_ratio": 1.0},
+            {"system": "vibe_rl", "status": "ok", "wall_s": 10.0, "train_s": 2.0, "eval_mean": 500.0},
             {
                 "system": "sb3",
                 "status": "ok",
@@ -244,11 +244,13 @@ def test_markdown_has_seed_scaling_and_peer_ratios():
                 "eval_mean": 250.0,
                 "wall_ratio": 10.0,
                 "return_ratio": 0.5,
+                "train_s": 50.0,
+                "train_ratio": 25.0,
             },
             {"system": "rejax", "status": "skipped", "note": "not installed"},
         ],
     }
     table = bench.markdown(report)
     assert "| 8 | 6.00 | 6.0 | 3.00 |" in table
-    assert "| sb3 | ok  | 100.0 | – | 250.0 | 10.00 | 0.50 |" in table
+    assert "| sb3 | ok | 100.0 | – | 50.00 | 250.0 | 10.00 | 25.00 | 0.50 |" in table
     assert "| rejax | skipped not installed |" in table

@@ -11,6 +11,8 @@ the learning rate annealed linearly to 0. Then a deterministic evaluation, writt
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import torch
 from common import parse_ppo_args, write_run
@@ -54,7 +56,9 @@ def main() -> None:
         seed=args.seed,
         device="cpu",
     )
+    start = time.perf_counter()
     model.learn(total_timesteps=args.total_timesteps)
+    print(f"trained {args.total_timesteps} steps in {time.perf_counter() - start:.1f}s")
     returns, lengths = evaluate(model, args.env_id, args.eval_episodes, seed=10_000 + args.seed)
     write_run(args, args.exp_name or "sb3_ppo", returns, lengths)
 
