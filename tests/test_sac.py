@@ -299,7 +299,7 @@ def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
 
 
 def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
-    flags = [*CLI_TINY[:-4], "--num-chunks", "30", "--eval-episodes", "2", "--num-seeds", "2", "--seed", "5"]
+    flags = [*CLI_TINY[:-4], "--num-chunks", "6", "--eval-episodes", "2", "--num-seeds", "2", "--seed", "5"]
     straight = run_script("sac_jax", *flags, "--output-dir", str(tmp_path / "a"))
     assert straight.returncode == 0, straight.stderr
     assert sorted(p.name.split("__")[2] for p in (tmp_path / "a").iterdir()) == ["5", "6"]
@@ -409,14 +409,16 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_pendulum_learns_with_a_reduced_budget():
-    """Reduced budget (the defaults use 50k steps): 12k steps, learning_starts 1000, the
-    other defaults. Seeds 1, 2, 3 (vmapped) each evaluate >= -400 (a random policy:
-    ~ -1200, swinging up: > -400). About a minute on 2 CPU cores."""
-    args = sac.validate_args(sac.Args(total_timesteps=12_000, learning_starts=1000))
+    """Reduced budget (the defaults: 50k steps, 256-unit layers): 12k steps,
+    learning_starts 1000, 64-unit layers, the other defaults. Seeds 1, 2, 3 (vmapped) each
+    evaluate >= -400 (a random policy scores about -1200; a policy that swings the pendulum
+    up and holds it scores above -400)."""
+    args = sac.validate_args(sac.Args(total_timesteps=12_000, learning_starts=1000, hidden_size=64))
     spec = sac.make_env(args.env_id)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in (1, 2, 3)])
     state, _ = jax.jit(jax.vmap(sac.make_train(args)))(keys)
     evaluate = jax.jit(jax.vmap(sac.make_evaluate(args, spec)))
     result = evaluate(state.params.actor, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys))
     means = np.asarray(result.returns).mean(axis=1)
+    print("deterministic evaluation, seeds 1, 2, 3:", means)
     assert (means >= -400).all(), means

@@ -1069,9 +1069,10 @@ def main() -> None:
     run_chunk = jax.jit(jax.vmap(sac.run_chunk, in_axes=(0, None)), donate_argnums=0)
     compile_start = time.perf_counter()
     compiled = run_chunk.lower(state, jnp.asarray(0, jnp.int32)).compile()
+    compile_seconds = time.perf_counter() - compile_start
     print(
         f"compiled one chunk ({args.iterations_per_chunk} iterations x {args.num_envs} env step(s), "
-        f"{len(seeds)} seed(s)) in {time.perf_counter() - compile_start:.1f}s"
+        f"{len(seeds)} seed(s)) in {compile_seconds:.1f}s"
     )
 
     stop_signal: list[int] = []
@@ -1142,6 +1143,12 @@ def main() -> None:
             sys.exit(128 + stop_signal[0])
     for s, handler in previous_handlers.items():
         signal.signal(s, handler)
+    train_seconds = time.perf_counter() - train_start
+    steps_trained = total_steps - steps_done_at_start
+    print(
+        f"trained {steps_trained:,} steps x {len(seeds)} seed(s) in {train_seconds:.2f}s "
+        f"({steps_trained / train_seconds:,.0f} SPS per seed), compile {compile_seconds:.2f}s"
+    )
 
     # Final deterministic evaluation, every seed in one program.
     evaluate = jax.jit(jax.vmap(make_evaluate(args, spec)))
