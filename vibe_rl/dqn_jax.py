@@ -513,7 +513,7 @@ def build_dqn(args: Args, spec: EnvSpec) -> DQN:
         target = td_target(
             batch.reward, batch.terminated, next_q_target, next_q_online, args.gamma, args.double_dqn
         )
-        target = jax.lax.stop_gradient(target)  # [B] no gradient through the target
+        target = jax.lax.stop_gradient(target)  # [B] [DQN-14] no gradient through the target
         q = network.apply(params, batch.obs)  # [B, num_actions]
         q_pred = jnp.take_along_axis(q, batch.action[:, None], axis=-1)[:, 0]  # [B]
         return td_loss(q_pred, target, args.loss), q_pred.mean()
@@ -562,7 +562,7 @@ def build_dqn(args: Args, spec: EnvSpec) -> DQN:
             iteration=state.iteration + 1,
         )
 
-        # [DQN-3] learning_starts and train_frequency, counted in env steps
+        # [DQN-13] learning_starts and train_frequency, counted in env steps (global_step)
         learning = global_step > args.learning_starts
         train_now = learning & (global_step % args.train_frequency == 0)
 
