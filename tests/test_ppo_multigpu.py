@@ -88,8 +88,8 @@ def minibatch_locality(num_devices: int) -> dict[str, np.ndarray]:
     batch = ppo.Batch(*(env_index for _ in ppo.Batch._fields))
     batch = jax.device_put(batch, env_sharded)
     deal = jax.jit(lambda b, k: ppo.shuffle_into_minibatches(b, k, M, G))
-    lowered = deal.lower(batch, jax.random.PRNGKey(0))
-    minibatches = lowered.compile()(batch, jax.random.PRNGKey(0))
+    compiled = deal.lower(batch, jax.random.PRNGKey(0)).compile()
+    minibatches = compiled(batch, jax.random.PRNGKey(0))
     x = minibatches.obs  # [M, N/G, T*G/M]
     # which env indices every device holds, per device
     held = np.full((num_devices, M * (N // G // num_devices) * (T * G // M)), -1.0)
@@ -99,7 +99,7 @@ def minibatch_locality(num_devices: int) -> dict[str, np.ndarray]:
         "minibatches": np.asarray(x),
         "held": held,
         "spec": np.array(str(x.sharding.spec)),
-        "collectives": np.array(json.dumps(collectives_per_computation(lowered.compile().as_text()))),
+        "collectives": np.array(json.dumps(collectives_per_computation(compiled.as_text()))),
     }
 
 
