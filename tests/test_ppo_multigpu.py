@@ -172,6 +172,15 @@ def test_fsdp_spec_shards_the_largest_divisible_axis():
     assert ppo.fsdp_spec((2,), 4) == ppo.P()
 
 
+def test_make_train_jit_vmap_continuous_actions():
+    """The PureJaxRL entry point on a Box action space: 2 seeds, one program."""
+    args = ppo.Args(**{**TINY, "env_id": "Pendulum-v1", "num_envs": 2, "total_timesteps": 2 * 16 * 2})
+    state, metrics = jax.jit(jax.vmap(ppo.make_train(args)))(jax.random.split(jax.random.PRNGKey(0), 2))
+    assert metrics.value_loss.shape == (2, 2) and np.isfinite(np.asarray(metrics.value_loss)).all()
+    assert state.obs.shape == (2, 2, 3) and state.params.actor["params"]["log_std"].shape == (2, 1)
+    assert int(state.update[0]) == 2
+
+
 # --- several devices: same numbers, local minibatches, one all-reduce -----------------
 
 
