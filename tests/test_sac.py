@@ -411,8 +411,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
 def test_pendulum_learns_with_a_reduced_budget():
     """Reduced budget (the defaults: 50k steps, 256-unit layers): 12k steps,
     learning_starts 1000, 64-unit layers, the other defaults. Seeds 1, 2, 3 (vmapped) each
-    evaluate >= -400 (a random policy scores about -1200; a policy that swings the pendulum
-    up and holds it scores above -400)."""
+    evaluate >= -300 (a random policy scores about -1200; measured 2026-11-22: -148, -153,
+    -153). About 50 s of CPU time."""
     args = sac.validate_args(sac.Args(total_timesteps=12_000, learning_starts=1000, hidden_size=64))
     spec = sac.make_env(args.env_id)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in (1, 2, 3)])
@@ -421,4 +421,4 @@ def test_pendulum_learns_with_a_reduced_budget():
     result = evaluate(state.params.actor, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys))
     means = np.asarray(result.returns).mean(axis=1)
     print("deterministic evaluation, seeds 1, 2, 3:", means)
-    assert (means >= -400).all(), means
+    assert (means >= -300).all(), means

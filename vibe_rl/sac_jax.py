@@ -1031,6 +1031,91 @@ def resolve_run_dirs(args: Args) -> tuple[Args, list[Path]]:
     return saved, run_dirs
 
 
+def seed_of(run_dir: Path) -> int:
+    return int(run_dir.name.split("__")[2])
+
+
+def initial_state(sac: SAC, args: Args, run_dirs: list[Path]) -> RunnerState:
+    """Fresh state for every seed, or the seeds' checkpoints with --resume. Leaves: [S, ...]."""
+    keys = jnp.stack([jax.random.PRNGKey(seed_of(d)) for d in run_dirs])  # [S, 2]
+    state = jax.jit(jax.vmap(sac.init))(keys)
+    if args.resume is None:
+        return state
+    template = seed_slice(state, 0)
+    restored = [load_checkpoint(d, template) for d in run_dirs]
+    state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
+    for run_dir in run_dirs:  # drop points logged after the checkpoint
+        path = run_dir / "metrics.jsonl"
+        if path.exists():
+            last_step = int(state.iteration[0]) * args.num_envs
+            lines = [x for x in path.read_text().splitlines() if json.loads(x)["global_step"] <= last_step]
+            path.write_text("".join(line + "\n" for line in lines))
+    return state
+
+
+def check_finite(
+    args: Args, metrics: IterationMetrics, state: RunnerState, first_iteration: int, num_valid: int
+) -> None:
+    """Stop on a non-finite critic loss or parameter; the last checkpoint (before this chunk) stays."""
+    indices = first_iteration + np.arange(num_valid)
+    learned = indices * args.num_envs >= args.learning_starts  # iterations with a gradient step
+    losses = metrics.qf_loss[:, :num_valid][:, learned]  # [S, iterations that learned]
+    params_finite = all(bool(np.isfinite(x).all()) for x in jax.tree.leaves(state.params))
+    if np.isfinite(losses).all() and params_finite:
+        return
+    bad = np.flatnonzero(~np.isfinite(losses).all(axis=0))
+    bad_iteration = int(indices[learned][bad[0]]) if len(bad) else int(indices[-1])
+    print(
+        f"error: non-finite loss or parameters at iteration {bad_iteration} (global step "
+        f"{(bad_iteration + 1) * args.num_envs}); stopping. The last good checkpoint (after iteration "
+        f"{first_iteration}) is kept.",
+        file=sys.stderr,
+    )
+    sys.exit(1)
+
+
+def print_progress(
+    args: Args, metrics: IterationMetrics, step: int, num_valid: int, sps: float, elapsed: float
+) -> None:
+    recent = metrics.episodic_return[:, :num_valid]  # [S, U]
+    recent = recent[np.isfinite(recent)]  # the episodes that ended in this chunk, all seeds
+    latest = np.mean(recent[-max(1, len(recent) // 4) :]) if len(recent) else np.nan
+    total = args.num_iterations * args.num_envs
+    filled = int(20 * step / total)
+    print(
+        f"[{'#' * filled}{'-' * (20 - filled)}] {step:>10,}/{total:,} steps | {sps:,.0f} SPS | "
+        f"return {latest:8.2f} | {elapsed:6.1f}s",
+        flush=True,
+    )
+
+
+def finish_run(
+    args: Args, spec: EnvSpec, state: RunnerState, run_dirs: list[Path], loggers: list[RunLogger]
+) -> None:
+    """Final deterministic evaluation of every seed in one program; eval.json, plot, model, video."""
+    evaluate = jax.jit(jax.vmap(make_evaluate(args, spec)))
+    eval_keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(seed_of(d)), 1) for d in run_dirs])
+    result = evaluate(state.params.actor, eval_keys)
+    for i, (run_dir, logger) in enumerate(zip(run_dirs, loggers, strict=True)):
+        summary = eval_summary(EvalResult(result.returns[i], result.lengths[i], None))
+        summary["global_step"] = args.num_iterations * args.num_envs
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        logger.close()
+        plot_returns(run_dir, f"SAC on {args.env_id}, seed {seed_of(run_dir)}")
+        if args.save_model:
+            params = seed_slice(state.params, i)
+            (run_dir / f"{args.exp_name}.flax").write_bytes(flax.serialization.to_bytes(params))
+        if args.capture_video:
+            first_episode = jax.tree.map(lambda x: x[:, 0], seed_slice(result.env_states, i))  # [T_max]
+            frames = render_frames(spec, args.env_id, first_episode, int(result.lengths[i][0]))
+            write_gif(run_dir / "videos" / "eval.gif", frames)
+        print(
+            f"{run_dir}: eval return {summary['mean']:.2f} +- {summary['std']:.2f} "
+            f"over {summary['episodes']} episodes"
+        )
+
+
 def main() -> None:
     args = tyro.cli(Args)
     try:  # every bad input is reported here, before anything compiles
@@ -1043,27 +1128,8 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     sac = build_sac(args, spec)
-    seeds = [int(d.name.split("__")[2]) for d in run_dirs]
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])  # [S, 2]
-    state = jax.jit(jax.vmap(sac.init))(keys)  # every leaf [S, ...]
-    if args.resume is not None:
-        template = seed_slice(state, 0)
-        restored = [load_checkpoint(d, template) for d in run_dirs]
-        state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
-    done_iterations = int(state.iteration[0])
-    first_chunk = done_iterations // args.iterations_per_chunk
-
-    if args.resume is not None:  # drop points logged after the checkpoint
-        for run_dir in run_dirs:
-            path = run_dir / "metrics.jsonl"
-            if path.exists():
-                keep = [
-                    line
-                    for line in path.read_text().splitlines()
-                    if json.loads(line)["global_step"] <= done_iterations * args.num_envs
-                ]
-                path.write_text("".join(line + "\n" for line in keep))
-    loggers = [RunLogger(d, args, s) for d, s in zip(run_dirs, seeds, strict=True)]
+    state = initial_state(sac, args, run_dirs)
+    loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
     # One chunk shape, compiled once; the state is donated so it is updated in place.
     run_chunk = jax.jit(jax.vmap(sac.run_chunk, in_axes=(0, None)), donate_argnums=0)
@@ -1072,10 +1138,10 @@ def main() -> None:
     compile_seconds = time.perf_counter() - compile_start
     print(
         f"compiled one chunk ({args.iterations_per_chunk} iterations x {args.num_envs} env step(s), "
-        f"{len(seeds)} seed(s)) in {compile_seconds:.1f}s"
+        f"{len(run_dirs)} seed(s)) in {compile_seconds:.1f}s"
     )
 
-    stop_signal: list[int] = []
+    stop_signal: list[int] = []  # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit
 
     def request_stop(signum: int, _frame: Any) -> None:
         stop_signal.append(signum)
@@ -1083,9 +1149,9 @@ def main() -> None:
 
     previous_handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    total_steps = args.num_iterations * args.num_envs
     train_start = time.perf_counter()
-    steps_done_at_start = done_iterations * args.num_envs
+    first_chunk = int(state.iteration[0]) // args.iterations_per_chunk
+    steps_trained = 0
     for chunk in range(first_chunk, args.num_chunks):
         first_iteration = chunk * args.iterations_per_chunk
         chunk_start = time.perf_counter()
@@ -1093,23 +1159,9 @@ def main() -> None:
         metrics = jax.tree.map(np.asarray, metrics)  # [S, iterations_per_chunk]
         chunk_seconds = time.perf_counter() - chunk_start
         num_valid = min(args.iterations_per_chunk, args.num_iterations - first_iteration)
+        check_finite(args, metrics, state, first_iteration, num_valid)
 
-        indices = first_iteration + np.arange(num_valid)
-        learned = indices * args.num_envs >= args.learning_starts  # iterations with a gradient step
-        losses = metrics.qf_loss[:, :num_valid][:, learned]  # [S, iterations that learned]
-        params_finite = all(bool(np.isfinite(x).all()) for x in jax.tree.leaves(state.params))
-        if not np.isfinite(losses).all() or not params_finite:
-            bad = np.argwhere(~np.isfinite(losses).all(axis=0))
-            bad_iteration = int(indices[learned][bad[0, 0]]) if len(bad) else int(indices[-1])
-            print(
-                f"error: non-finite loss or parameters at iteration {bad_iteration} "
-                f"(global step {(bad_iteration + 1) * args.num_envs}); the last good checkpoint "
-                f"(iteration {first_iteration}) is kept in {run_dirs[0].parent}",
-                file=sys.stderr,
-            )
-            sys.exit(1)
-
-        sps = num_valid * args.num_envs / chunk_seconds
+        sps = num_valid * args.num_envs / chunk_seconds  # per seed
         for i, logger in enumerate(loggers):
             seed_metrics = {name: getattr(metrics, name)[i, :num_valid] for name in METRIC_TAGS}
             points = chunk_log_points(seed_metrics, first_iteration, args)
@@ -1120,19 +1172,10 @@ def main() -> None:
             logger.jsonl.flush()
             save_checkpoint(run_dirs[i], seed_slice(state, i))
 
-        step = (first_iteration + num_valid) * args.num_envs
-        recent = metrics.episodic_return[:, :num_valid]
-        recent = recent[np.isfinite(recent)]
-        latest = np.mean(recent[-max(1, len(recent) // 4) :]) if len(recent) else float("nan")
-        frac = step / total_steps
-        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
+        steps_trained += num_valid * args.num_envs
         elapsed = time.perf_counter() - train_start
-        overall_sps = (step - steps_done_at_start) * len(seeds) / max(elapsed, 1e-9)
-        print(
-            f"[{bar}] {step:>10,}/{total_steps:,} steps | {overall_sps:,.0f} SPS | "
-            f"return {latest:8.2f} | {elapsed:6.1f}s",
-            flush=True,
-        )
+        step = (first_iteration + num_valid) * args.num_envs
+        print_progress(args, metrics, step, num_valid, steps_trained / elapsed, elapsed)
         if stop_signal and chunk < args.num_chunks - 1:
             for logger in loggers:
                 logger.close()
@@ -1144,35 +1187,11 @@ def main() -> None:
     for s, handler in previous_handlers.items():
         signal.signal(s, handler)
     train_seconds = time.perf_counter() - train_start
-    steps_trained = total_steps - steps_done_at_start
     print(
-        f"trained {steps_trained:,} steps x {len(seeds)} seed(s) in {train_seconds:.2f}s "
+        f"trained {steps_trained:,} steps x {len(run_dirs)} seed(s) in {train_seconds:.2f}s "
         f"({steps_trained / train_seconds:,.0f} SPS per seed), compile {compile_seconds:.2f}s"
     )
-
-    # Final deterministic evaluation, every seed in one program.
-    evaluate = jax.jit(jax.vmap(make_evaluate(args, spec)))
-    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    result = evaluate(state.params.actor, eval_keys)
-    for i, (run_dir, logger) in enumerate(zip(run_dirs, loggers, strict=True)):
-        summary = eval_summary(EvalResult(result.returns[i], result.lengths[i], None))
-        summary["global_step"] = total_steps
-        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
-        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
-        logger.close()
-        plot_returns(run_dir, f"{args.env_id} SAC seed {seeds[i]}")
-        if args.save_model:
-            (run_dir / f"{args.exp_name}.flax").write_bytes(
-                flax.serialization.to_bytes(seed_slice(state.params, i))
-            )
-        if args.capture_video:
-            first_episode = jax.tree.map(lambda x: x[:, 0], seed_slice(result.env_states, i))  # [T_max]
-            frames = render_frames(spec, args.env_id, first_episode, int(result.lengths[i][0]))
-            write_gif(run_dir / "videos" / "eval.gif", frames)
-        print(
-            f"{run_dir}: eval return {summary['mean']:.2f} +- {summary['std']:.2f} "
-            f"over {summary['episodes']} episodes"
-        )
+    finish_run(args, spec, state, run_dirs, loggers)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,101 @@
+"""Speed of vibe_rl/sac_jax.py: environment steps/s and gradient updates/s.
+
+One compiled chunk of the script's own run_chunk is timed twice from the same state:
+once while the iterations only act (random actions before learning_starts: env steps
+and replay-buffer writes) and once while they learn (the same plus one critic step, the
+delayed actor/alpha steps and the Polyak update). Compile time is excluded (best of
+`--repeats` calls after a warm-up call). The gymnax ceiling (random actions, no buffer)
+is measured alongside.
+
+    python -m benchmark.sac_speed --env-id Pendulum-v1 --iterations 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from benchmark.ceiling import best_time, ceiling_sps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _helpers import load_script  # noqa: E402  (the scripts are standalone files)
+
+
+def measure(
+    env_id: str,
+    num_envs: int,
+    iterations: int,
+    hidden_size: int,
+    batch_size: int,
+    num_seeds: int,
+    repeats: int,
+) -> dict[str, float]:
+    sac = load_script("sac_jax")
+    args = sac.validate_args(
+        sac.Args(
+            env_id=env_id,
+            num_envs=num_envs,
+            total_timesteps=2 * iterations * num_envs,
+            learning_starts=iterations * num_envs,  # chunk 0 only acts, chunk 1 learns
+            num_chunks=2,
+            hidden_size=hidden_size,
+            batch_size=batch_size,
+            buffer_size=max(2 * iterations * num_envs, 1),
+        )
+    )
+    program = sac.build_sac(args, sac.make_env(env_id))
+    keys = jax.random.split(jax.random.PRNGKey(0), num_seeds)
+    state = jax.jit(jax.vmap(program.init))(keys)
+    run_chunk = jax.jit(jax.vmap(program.run_chunk, in_axes=(0, None)))
+    state, _ = run_chunk(state, jnp.asarray(0))  # a filled buffer for the learning chunk
+    act_s = best_time(lambda: run_chunk(state, jnp.asarray(0)), repeats)
+    learn_s = best_time(lambda: run_chunk(state, jnp.asarray(iterations)), repeats)
+    return {
+        "acting_env_steps_per_s": num_seeds * iterations * num_envs / act_s,
+        "training_env_steps_per_s": num_seeds * iterations * num_envs / learn_s,
+        "gradient_updates_per_s": num_seeds * iterations / learn_s,
+        "ms_per_gradient_update": 1000 * learn_s / (num_seeds * iterations),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-id", default="Pendulum-v1")
+    parser.add_argument("--num-envs", type=int, default=1)
+    parser.add_argument("--iterations", type=int, default=2000, help="iterations per timed chunk")
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--num-seeds", type=int, default=1, help="seeds vmapped in one program")
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    result = {
+        "env_id": options.env_id,
+        "num_envs": options.num_envs,
+        "hidden_size": options.hidden_size,
+        "batch_size": options.batch_size,
+        "num_seeds": options.num_seeds,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        **measure(
+            options.env_id,
+            options.num_envs,
+            options.iterations,
+            options.hidden_size,
+            options.batch_size,
+            options.num_seeds,
+            options.repeats,
+        ),
+        "ceiling_env_steps_per_s": ceiling_sps(options.env_id, options.num_envs, repeats=options.repeats),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
