@@ -164,6 +164,33 @@ def measure(num_envs: int, train_frequency: int, target_network_frequency: int, 
     }
 
 
+def chunk_overhead(total_timesteps: int = 500_000, num_chunks: int = 10) -> dict:
+    """The CLI's chunked run (num_chunks compiled calls, each followed by a checkpoint
+    write) against the single program train(key), default config otherwise."""
+    import tempfile
+
+    dqn = load_dqn()
+    args = dqn.validate_args(dqn.Args(total_timesteps=total_timesteps, num_chunks=num_chunks))
+    program = dqn.build_dqn(args, dqn.make_env(args.env_id))
+    key = jax.random.PRNGKey(0)
+    train = jax.jit(program.train)
+    init = jax.jit(program.init)
+    run_chunk = jax.jit(program.run_chunk, donate_argnums=0)
+    run_dir = Path(tempfile.mkdtemp())
+
+    def chunked():
+        state = init(key)
+        for chunk in range(args.num_chunks):
+            state, metrics = run_chunk(state, jnp.asarray(chunk * args.blocks_per_chunk))
+            jax.tree.map(lambda x: x.block_until_ready(), metrics)
+            dqn.save_checkpoint(run_dir, jax.tree.map(jax.device_get, state))
+        return state.params
+
+    single = best_time(lambda: train(key)[0].params, repeats=2)
+    chunks = best_time(chunked, repeats=2)
+    return {"single_program_s": single, "chunked_s": chunks, "overhead_fraction": chunks / single - 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -172,10 +199,13 @@ def main() -> None:
     parser.add_argument("--train-frequency", type=int, default=10)
     parser.add_argument("--target-network-frequency", type=int, default=500)
     parser.add_argument("--iterations", type=int, default=20_000, help="scan steps per timed call")
+    parser.add_argument("--chunk-overhead", action="store_true", help="also time chunked vs single program")
     options = parser.parse_args()
     result = measure(
         options.num_envs, options.train_frequency, options.target_network_frequency, options.iterations
     )
+    if options.chunk_overhead:
+        result["chunking"] = chunk_overhead()
     print(json.dumps(result, indent=2))
 
 

@@ -496,7 +496,7 @@ def build_dqn(args: Args, spec: EnvSpec) -> DQN:
         )
         return RunnerState(
             params=params,
-            target_params=params,
+            target_params=jax.tree.map(jnp.copy, params),  # own buffers: the state can be donated
             opt_state=optimizer.init(params),
             buffer=buffer_init(args.buffer_size, spec.obs_shape, spec.obs_dtype),
             env_state=env_state,
