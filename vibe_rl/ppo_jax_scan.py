@@ -236,8 +236,13 @@ class Categorical(NamedTuple):
 
     logits: jax.Array  # [..., K]
 
-    def sample(self, key: jax.Array) -> jax.Array:
-        return jax.random.categorical(key, self.logits)
+    @staticmethod
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """The randomness of `shape[:-1]` samples, drawn ahead: Gumbel noise [..., K]."""
+        return jax.random.gumbel(key, shape)
+
+    def sample(self, noise: jax.Array) -> jax.Array:
+        return jnp.argmax(self.logits + noise, axis=-1)  # the Gumbel-max trick
 
     def mode(self) -> jax.Array:
         return jnp.argmax(self.logits, axis=-1)
@@ -257,8 +262,13 @@ class DiagGaussian(NamedTuple):
     mean: jax.Array  # [..., A]
     log_std: jax.Array  # [A]
 
-    def sample(self, key: jax.Array) -> jax.Array:
-        return self.mean + jnp.exp(self.log_std) * jax.random.normal(key, self.mean.shape)
+    @staticmethod
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """The randomness of `shape[:-1]` samples, drawn ahead: standard normal [..., A]."""
+        return jax.random.normal(key, shape)
+
+    def sample(self, noise: jax.Array) -> jax.Array:
+        return self.mean + jnp.exp(self.log_std) * noise
 
     def mode(self) -> jax.Array:
         return self.mean
@@ -358,6 +368,13 @@ class Transition(NamedTuple):
     final_obs: jax.Array  # [N, obs_dim] raw observation reached, before auto-reset
     episode_return: jax.Array  # [N] return of the episode that ended here (where done)
     episode_length: jax.Array  # [N]
+
+
+class RolloutNoise(NamedTuple):
+    """The rollout's randomness, drawn before it; the scan slices one step [N, ...] at a time."""
+
+    action: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
+    env_keys: jax.Array  # [T, N, 2] the keys of each env step (and auto-reset)
 
 
 class Batch(NamedTuple):
@@ -571,15 +588,14 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
             update=jnp.asarray(0, jnp.int32),
         )
 
-    def rollout_step(state: RunnerState, _: None) -> tuple[RunnerState, Transition]:
+    def rollout_step(state: RunnerState, noise: RolloutNoise) -> tuple[RunnerState, Transition]:
         """Act in the N environments once. Parameters and statistics stay fixed."""
-        key, action_key, step_key = jax.random.split(state.key, 3)
         policy = actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
-        action = policy.sample(action_key)  # [N] or [N, A]
+        action = policy.sample(noise.action)  # [N] or [N, A]
         # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
         env_action = action if spec.discrete else jnp.clip(action, low, high)
         next_obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(step_key, num_envs), state.env_state, env_action, env_params
+            noise.env_keys, state.env_state, env_action, env_params
         )
         done = jnp.logical_or(terminated, truncated)  # [N]
         episode_return = state.episode_return + reward
@@ -607,7 +623,6 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
             episode_length=jnp.where(done, 0, episode_length),
             return_rms=return_rms,
             discounted_return=jnp.where(done, 0.0, discounted_return),
-            key=key,
         )
         return state, transition
 
@@ -664,7 +679,15 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
     def update(state: RunnerState) -> tuple[RunnerState, UpdateMetrics]:
         """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD."""
         rollout_start = state
-        state, traj = jax.lax.scan(rollout_step, state, None, args.num_steps)  # [T, N, ...]
+        # All the rollout's randomness in two calls up front: cheaper than 2T small ones.
+        key, action_key, env_key = jax.random.split(state.key, 3)
+        state = state._replace(key=key)
+        policy_class = Categorical if spec.discrete else DiagGaussian
+        noise = RolloutNoise(
+            action=policy_class.noise(action_key, (args.num_steps, num_envs, spec.action_dim)),
+            env_keys=jax.random.split(env_key, (args.num_steps, num_envs)),
+        )
+        state, traj = jax.lax.scan(rollout_step, state, noise)  # [T, N, ...]
 
         # Log-probabilities and values of the whole rollout in one batched pass each: the
         # parameters did not change while acting, and one big matmul beats T small ones.
@@ -1150,6 +1173,14 @@ def main() -> None:
     state = initial_state(ppo, args, run_dirs)
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
+    stop_signal: list[int] = []  # Ctrl-C / SIGTERM (from here on): finish the chunk, checkpoint, exit
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        stop_signal.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing")
+
+    previous_handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+
     # One chunk shape, compiled once; the state is donated so it is updated in place.
     run_chunk = jax.jit(jax.vmap(ppo.run_chunk, in_axes=(0, None)), donate_argnums=0)
     compile_start = time.perf_counter()
@@ -1159,14 +1190,6 @@ def main() -> None:
         f"compiled one chunk ({args.updates_per_chunk} updates x {args.batch_size} steps, "
         f"{len(run_dirs)} seed(s)) in {compile_seconds:.1f}s"
     )
-
-    stop_signal: list[int] = []  # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit
-
-    def request_stop(signum: int, _frame: Any) -> None:
-        stop_signal.append(signum)
-        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing")
-
-    previous_handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
     train_start = time.perf_counter()
     first_chunk = int(state.update[0]) // args.updates_per_chunk
