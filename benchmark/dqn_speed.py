@@ -175,7 +175,7 @@ def chunk_overhead(total_timesteps: int = 500_000, num_chunks: int = 10) -> dict
     key = jax.random.PRNGKey(0)
     train = jax.jit(program.train)
     init = jax.jit(program.init)
-    run_chunk = jax.jit(program.run_chunk, donate_argnums=0)
+    run_chunk = jax.jit(program.run_chunk)  # as the CLI compiles it
     run_dir = Path(tempfile.mkdtemp())
 
     def chunked():

@@ -1181,8 +1181,9 @@ def main() -> None:
 
     previous_handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    # One chunk shape, compiled once; the state is donated so it is updated in place.
-    run_chunk = jax.jit(jax.vmap(ppo.run_chunk, in_axes=(0, None)), donate_argnums=0)
+    # One chunk shape, compiled once. The state is not donated: on XLA CPU (jax 0.10.2)
+    # donating it made the chunk 35-50% slower (measured), for a saving of one state's memory.
+    run_chunk = jax.jit(jax.vmap(ppo.run_chunk, in_axes=(0, None)))
     compile_start = time.perf_counter()
     compiled = run_chunk.lower(state, jnp.asarray(0, jnp.int32)).compile()
     compile_seconds = time.perf_counter() - compile_start

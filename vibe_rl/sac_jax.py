@@ -1131,8 +1131,9 @@ def main() -> None:
     state = initial_state(sac, args, run_dirs)
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
-    # One chunk shape, compiled once; the state is donated so it is updated in place.
-    run_chunk = jax.jit(jax.vmap(sac.run_chunk, in_axes=(0, None)), donate_argnums=0)
+    # One chunk shape, compiled once. The state is not donated: on XLA CPU (jax 0.10.2)
+    # donating it made the chunk 35-50% slower (measured), for a saving of one state's memory.
+    run_chunk = jax.jit(jax.vmap(sac.run_chunk, in_axes=(0, None)))
     compile_start = time.perf_counter()
     compiled = run_chunk.lower(state, jnp.asarray(0, jnp.int32)).compile()
     compile_seconds = time.perf_counter() - compile_start
