@@ -1170,7 +1170,9 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     ppo = build_ppo(args, spec)
-    state = initial_state(ppo, args, run_dirs)
+    # Wait for the init computation before compiling the chunk: twice a run whose init was
+    # still in flight during that compilation hung forever (jax 0.10.2, XLA CPU).
+    state = jax.block_until_ready(initial_state(ppo, args, run_dirs))
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
     stop_signal: list[int] = []  # Ctrl-C / SIGTERM (from here on): finish the chunk, checkpoint, exit

@@ -1128,7 +1128,9 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     sac = build_sac(args, spec)
-    state = initial_state(sac, args, run_dirs)
+    # Wait for the init computation before compiling the chunk: twice a run whose init was
+    # still in flight during that compilation hung forever (jax 0.10.2, XLA CPU).
+    state = jax.block_until_ready(initial_state(sac, args, run_dirs))
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
     # One chunk shape, compiled once. The state is not donated: on XLA CPU (jax 0.10.2)
