@@ -266,9 +266,9 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
         "--num-steps",
         "64",
         "--total-timesteps",
-        str(256 * 40),
+        str(256 * 80),  # 40 chunks of 2 updates: the SIGINT lands long before the last one
         "--num-chunks",
-        "20",
+        "40",
         "--eval-episodes",
         "2",
     ]
@@ -303,14 +303,11 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     resumed = run_script("ppo_jax_scan", "--resume", str(interrupted))
     assert resumed.returncode == 0, resumed.stderr
 
-    args = tiny_args()
+    args = ppo.validate_args(ppo.Args(num_envs=4, num_steps=64, total_timesteps=256 * 80))
     template = ppo.build_ppo(args, ppo.make_env("CartPole-v1")).init(jax.random.PRNGKey(0))
-    template = ppo.validate_args(ppo.Args(num_envs=4, num_steps=64, total_timesteps=256 * 40))
-    spec = ppo.make_env("CartPole-v1")
-    template = ppo.build_ppo(template, spec).init(jax.random.PRNGKey(0))
     a = ppo.load_checkpoint(only_run_dir(tmp_path / "a"), template)
     b = ppo.load_checkpoint(interrupted, template)
-    assert int(a.update) == int(b.update) == 40
+    assert int(a.update) == int(b.update) == 80
     assert tree_equal(a, b), "resumed run differs from the uninterrupted one"
     # the metrics of the resumed run continue without duplicates
     steps = [
@@ -318,7 +315,7 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
         for x in (interrupted / "metrics.jsonl").read_text().splitlines()
         if "losses/value_loss" in json.loads(x)
     ]
-    assert steps == sorted(set(steps)) and len(steps) == 40
+    assert steps == sorted(set(steps)) and len(steps) == 80
 
 
 # --- bad input: one line, exit status 2, before compiling -------------------------------

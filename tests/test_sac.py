@@ -299,7 +299,9 @@ def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
 
 
 def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
-    flags = [*CLI_TINY[:-4], "--num-chunks", "6", "--eval-episodes", "2", "--num-seeds", "2", "--seed", "5"]
+    # 30 chunks of 100 steps: long enough that the SIGINT lands before the last chunk
+    flags = [*CLI_TINY[:-4], "--num-chunks", "30", "--eval-episodes", "2", "--num-seeds", "2", "--seed", "5"]
+    flags[flags.index("--total-timesteps") + 1] = "3000"
     straight = run_script("sac_jax", *flags, "--output-dir", str(tmp_path / "a"))
     assert straight.returncode == 0, straight.stderr
     assert sorted(p.name.split("__")[2] for p in (tmp_path / "a").iterdir()) == ["5", "6"]
@@ -327,14 +329,14 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
 
     args = sac.validate_args(
-        sac.Args(total_timesteps=600, learning_starts=200, batch_size=32, hidden_size=32)
+        sac.Args(total_timesteps=3000, learning_starts=200, batch_size=32, hidden_size=32)
     )
     template = sac.build_sac(args, sac.make_env("Pendulum-v1")).init(jax.random.PRNGKey(0))
     for a_dir, b_dir in zip(sorted((tmp_path / "a").iterdir()), interrupted, strict=True):
         a, b = sac.load_checkpoint(a_dir, template), sac.load_checkpoint(b_dir, template)
-        assert int(a.iteration) == int(b.iteration) == 600
+        assert int(a.iteration) == int(b.iteration) == 3000
         assert tree_equal(a, b), "resumed run differs from the uninterrupted one"
-        check_run_dir(b_dir, ["charts/episodic_return", "losses/qf_loss"], 600, "sac_jax")
+        check_run_dir(b_dir, ["charts/episodic_return", "losses/qf_loss"], 3000, "sac_jax")
         steps = [
             json.loads(x)["global_step"]
             for x in (b_dir / "metrics.jsonl").read_text().splitlines()
