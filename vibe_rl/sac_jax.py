@@ -1128,8 +1128,8 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     sac = build_sac(args, spec)
-    # Wait for the init computation before compiling the chunk: twice a run whose init was
-    # still in flight during that compilation hung forever (jax 0.10.2, XLA CPU).
+    # Sync once on the initial state. Rarely (3 runs of many, jax 0.10.2 XLA CPU, cause
+    # unknown) the first read of the state after init has hung forever; see the notes.
     state = jax.block_until_ready(initial_state(sac, args, run_dirs))
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
