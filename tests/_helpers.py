@@ -158,6 +158,20 @@ class ConstantRewardProbe(environment.Environment):
         return "ConstantRewardProbe"
 
 
+def check_vmapped_init(init: Any, num_seeds: int = 3) -> None:
+    """`jax.vmap(init)` over seeds runs every QR (the orthogonal init) unbatched, and gives the
+    same bits as initialising one seed at a time. A batched CPU QR in jaxlib 0.10.2 can
+    deadlock XLA's intra-op thread pool (see the scripts' init_params)."""
+    import re
+
+    keys = jnp.stack([jax.random.PRNGKey(seed) for seed in range(num_seeds)])
+    vmapped = jax.jit(jax.vmap(init))
+    qr_batch_dims = re.findall(r'geqrf_ffi.*?num_batch_dims = "(\d+)"', vmapped.lower(keys).as_text())
+    assert qr_batch_dims and set(qr_batch_dims) == {"0"}, qr_batch_dims
+    one_at_a_time = [jax.jit(init)(key) for key in keys]
+    assert tree_equal(vmapped(keys), jax.tree.map(lambda *xs: jnp.stack(xs), *one_at_a_time))
+
+
 def tree_equal(a: Any, b: Any) -> bool:
     """Bitwise equality of two pytrees of arrays."""
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)

@@ -17,6 +17,7 @@ from _helpers import (
     ConstantRewardProbe,
     check_gif,
     check_run_dir,
+    check_vmapped_init,
     load_script,
     only_run_dir,
     run_script,
@@ -122,6 +123,11 @@ def test_learning_rate_anneals_linearly_to_zero():
 
 
 # --- shapes under jit and vmap; chunks equal the single program ------------------------
+
+
+def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
+    for env_id in ("CartPole-v1", "Pendulum-v1"):
+        check_vmapped_init(ppo.build_ppo(tiny_args(env_id=env_id), ppo.make_env(env_id)).init)
 
 
 @pytest.mark.parametrize(

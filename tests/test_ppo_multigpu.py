@@ -22,7 +22,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ROOT, load_script, only_run_dir, read_events, read_jsonl, run_script, tree_equal
+from _helpers import (
+    ROOT,
+    check_vmapped_init,
+    load_script,
+    only_run_dir,
+    read_events,
+    read_jsonl,
+    run_script,
+    tree_equal,
+)
 
 ppo = load_script("ppo_multigpu")
 
@@ -170,6 +179,11 @@ def test_fsdp_spec_shards_the_largest_divisible_axis():
     assert ppo.fsdp_spec((4, 64), 4) == ppo.P(None, "data")
     assert ppo.fsdp_spec((64, 2), 4) == ppo.P("data")
     assert ppo.fsdp_spec((2,), 4) == ppo.P()
+
+
+def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
+    args = ppo.validate_args(ppo.Args(**TINY), num_devices=1)
+    check_vmapped_init(ppo.build_ppo(args, ppo.make_env(args.env_id), ppo.make_mesh(jax.devices()[:1])).init)
 
 
 def test_make_train_jit_vmap_continuous_actions():

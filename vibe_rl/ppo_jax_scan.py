@@ -567,10 +567,28 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
     low, high = jnp.asarray(spec.action_low), jnp.asarray(spec.action_high)
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))  # [PPO-1] vectorised envs
 
+    @jax.custom_batching.custom_vmap
+    def init_params(actor_key: jax.Array, critic_key: jax.Array) -> AgentParams:
+        dummy_obs = jnp.zeros((1, spec.obs_dim))
+        return AgentParams(actor.init(actor_key, dummy_obs), critic.init(critic_key, dummy_obs))
+
+    @init_params.def_vmap
+    def init_params_one_seed_at_a_time(axis_size: int, in_batched: list[bool], *keys: jax.Array):
+        # Why not a plain vmap: the orthogonal init is a QR, and jaxlib 0.10.2's CPU QR of a
+        # batch of matrices splits the batch across XLA's intra-op thread pool and blocks on
+        # it. Vmapped over seeds, two such QRs (independent layers) can occupy both threads of
+        # a 2-core pool and wait for each other forever. One seed at a time, each QR is
+        # unbatched and runs inline; the parameters are the same bits.
+        keys = [
+            k if b else jnp.broadcast_to(k, (axis_size, *k.shape))
+            for k, b in zip(keys, in_batched, strict=True)
+        ]
+        params = jax.lax.map(lambda ks: init_params(*ks), tuple(keys))
+        return params, jax.tree.map(lambda _: True, params)
+
     def init(key: jax.Array) -> RunnerState:
         key, actor_key, critic_key, reset_key = jax.random.split(key, 4)
-        dummy_obs = jnp.zeros((1, spec.obs_dim))
-        params = AgentParams(actor.init(actor_key, dummy_obs), critic.init(critic_key, dummy_obs))
+        params = init_params(actor_key, critic_key)
         obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
             jax.random.split(reset_key, num_envs), env_params
         )
@@ -1170,9 +1188,7 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     ppo = build_ppo(args, spec)
-    # Sync once on the initial state. Rarely (3 runs of many, jax 0.10.2 XLA CPU, cause
-    # unknown) the first read of the state after init has hung forever; see the notes.
-    state = jax.block_until_ready(initial_state(ppo, args, run_dirs))
+    state = initial_state(ppo, args, run_dirs)
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
     stop_signal: list[int] = []  # Ctrl-C / SIGTERM (from here on): finish the chunk, checkpoint, exit

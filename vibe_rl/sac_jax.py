@@ -1128,9 +1128,7 @@ def main() -> None:
 
     spec = make_env(args.env_id)
     sac = build_sac(args, spec)
-    # Sync once on the initial state. Rarely (3 runs of many, jax 0.10.2 XLA CPU, cause
-    # unknown) the first read of the state after init has hung forever; see the notes.
-    state = jax.block_until_ready(initial_state(sac, args, run_dirs))
+    state = initial_state(sac, args, run_dirs)
     loggers = [RunLogger(d, args, seed_of(d)) for d in run_dirs]
 
     stop_signal: list[int] = []  # Ctrl-C / SIGTERM (from here on): finish the chunk, checkpoint, exit
