@@ -6,14 +6,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
@@ -31,18 +34,66 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
+def script_command(name: str, *flags: str) -> dict[str, Any]:
+    """Popen/run keywords for `python vibe_rl/{name}.py FLAGS` from the repository root."""
+    return dict(
+        args=[sys.executable, str(ROOT / "vibe_rl" / f"{name}.py"), *flags],
+        cwd=ROOT,
+        text=True,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )
+
+
 def run_script(
     name: str, *flags: str, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """Run `python vibe_rl/{name}.py FLAGS` from the repository root, as a user would."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "vibe_rl" / f"{name}.py"), *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "WANDB_MODE": "offline", **(env or {})},
-    )
+    command = script_command(name, *flags)
+    command["env"].update(env or {})
+    return subprocess.run(**command, capture_output=True, timeout=timeout)
+
+
+def start_script(name: str, *flags: str) -> subprocess.Popen:
+    """Start `python vibe_rl/{name}.py FLAGS` in the background, output piped."""
+    return subprocess.Popen(**script_command(name, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def interrupt_after_compiling(process: subprocess.Popen) -> str:
+    """Ctrl-C a started run as soon as it has compiled its chunk. It must finish the chunk in
+    flight, checkpoint, print how to resume and exit with 128 + SIGINT. Returns its stdout."""
+    for line in process.stdout:
+        if line.startswith("compiled"):
+            process.send_signal(signal.SIGINT)
+            break
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert "--resume" in out
+    return out
+
+
+def exit_of_main(module: ModuleType, flags: list[str], monkeypatch: Any, capsys: Any) -> tuple[int, str]:
+    """Call a script's main() with FLAGS as its command line; (exit status, stderr)."""
+    monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags])
+    with pytest.raises(SystemExit) as exit_info:
+        module.main()
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def check_bad_input(module: ModuleType, flags: list[str], message: str, monkeypatch: Any, capsys: Any):
+    """Bad input is refused before compiling: exit status 2 and one line that says why."""
+    code, err = exit_of_main(module, flags, monkeypatch, capsys)
+    assert code == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def fake_run_dir(parent: Path, env_id: str, args: Any) -> Path:
+    """A run directory with the args.json of `args` and an empty checkpoint: enough for
+    --resume's checks of the flags, which come before anything is read or compiled."""
+    run_dir = parent / f"{env_id}__x__1__1"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "state.msgpack").write_bytes(b"")
+    (run_dir / "args.json").write_text(json.dumps({**asdict(args), "run_seed": 1}))
+    return run_dir
 
 
 def only_run_dir(output_dir: Path) -> Path:

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from _helpers import (
-    ROOT,
     ConstantRewardProbe,
     CountingProbe,
+    check_bad_input,
     check_gif,
     check_run_dir,
+    exit_of_main,
+    fake_run_dir,
+    interrupt_after_compiling,
     load_script,
     only_run_dir,
     run_script,
+    start_script,
     tree_equal,
 )
 
@@ -301,23 +302,12 @@ def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
 
 def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     """Two seeds (one directory each): resuming one directory continues both, buffers included."""
-    flags = [*CLI_BASE, "--total-timesteps", "1200", "--num-chunks", "6", "--num-seeds", "2"]
-
-    def start(output_dir: str) -> subprocess.Popen:
-        command = [sys.executable, str(ROOT / "vibe_rl" / "dqn_jax.py"), *flags, "--output-dir", output_dir]
-        return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    straight = start(str(tmp_path / "a"))  # runs alongside the interrupted one
-    process = start(str(tmp_path / "b"))
-    for line in process.stdout:
-        if line.startswith("compiled"):
-            process.send_signal(signal.SIGINT)
-            break
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 128 + signal.SIGINT, err
+    # 30 chunks: long enough that the Ctrl-C lands before the last chunk
+    flags = [*CLI_BASE, "--total-timesteps", "1200", "--num-chunks", "30", "--num-seeds", "2"]
+    straight = start_script("dqn_jax", *flags, "--output-dir", str(tmp_path / "a"))  # runs alongside
+    interrupt_after_compiling(start_script("dqn_jax", *flags, "--output-dir", str(tmp_path / "b")))
     _, straight_err = straight.communicate(timeout=300)
     assert straight.returncode == 0, straight_err
-    assert "--resume" in out
     interrupted = sorted((tmp_path / "b").iterdir())
     assert len(interrupted) == 2 and not (interrupted[0] / "eval.json").exists()
 
@@ -363,34 +353,19 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     ],
 )
 def test_bad_input_exits_2_with_one_line(flags, message, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["dqn_jax.py", *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        dqn.main()
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1, err
+    check_bad_input(dqn, flags, message, monkeypatch, capsys)
 
 
 def test_resume_with_conflicting_args_is_refused(tmp_path, capsys, monkeypatch):
-    run_dir = tmp_path / "CartPole-v1__x__1__1"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "state.msgpack").write_bytes(b"")
-    args = dqn.validate_args(dqn.Args(buffer_size=5000))
-    (run_dir / "args.json").write_text(json.dumps({**dqn.asdict(args), "run_seed": 1}))
-    monkeypatch.setattr(sys, "argv", ["dqn_jax.py", "--resume", str(run_dir), "--buffer-size", "2000"])
-    with pytest.raises(SystemExit) as exit_info:
-        dqn.main()
-    assert exit_info.value.code == 2
-    assert "--buffer-size 2000 conflicts with the run's 5000" in capsys.readouterr().err
+    run_dir = fake_run_dir(tmp_path, "CartPole-v1", dqn.validate_args(dqn.Args(buffer_size=5000)))
+    flags = ["--resume", str(run_dir), "--buffer-size", "2000"]
+    check_bad_input(dqn, flags, "--buffer-size 2000 conflicts with the run's 5000", monkeypatch, capsys)
 
 
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
     flags = [*CLI_TINY, "--output-dir", str(tmp_path), "--learning-rate", "1e38"]
-    monkeypatch.setattr(sys, "argv", ["dqn_jax.py", *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        dqn.main()
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
+    code, err = exit_of_main(dqn, flags, monkeypatch, capsys)
+    assert code == 1
     assert "non-finite" in err and "block" in err
     run_dir = only_run_dir(tmp_path)
     assert not (run_dir / "eval.json").exists()

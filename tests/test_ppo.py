@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from _helpers import (
-    ROOT,
     ConstantRewardProbe,
+    check_bad_input,
     check_gif,
     check_run_dir,
     check_vmapped_init,
+    fake_run_dir,
+    interrupt_after_compiling,
     load_script,
     only_run_dir,
     run_script,
+    start_script,
     tree_equal,
 )
 
@@ -281,28 +281,7 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     straight = run_script("ppo_jax_scan", *flags, "--output-dir", str(tmp_path / "a"))
     assert straight.returncode == 0, straight.stderr
 
-    # Interrupt: SIGINT as soon as the chunk is compiled; the run must finish the chunk in
-    # flight, checkpoint, say how to resume and exit with 128 + SIGINT.
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "vibe_rl" / "ppo_jax_scan.py"),
-            *flags,
-            "--output-dir",
-            str(tmp_path / "b"),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    for line in process.stdout:
-        if line.startswith("compiled"):
-            process.send_signal(signal.SIGINT)
-            break
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 128 + signal.SIGINT, err
-    assert "--resume" in out
+    interrupt_after_compiling(start_script("ppo_jax_scan", *flags, "--output-dir", str(tmp_path / "b")))
     interrupted = only_run_dir(tmp_path / "b")
     assert not (interrupted / "eval.json").exists()
 
@@ -343,25 +322,13 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     ],
 )
 def test_bad_input_exits_2_with_one_line(flags, message, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.main()
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1, err
+    check_bad_input(ppo, flags, message, monkeypatch, capsys)
 
 
 def test_resume_with_conflicting_args_is_refused(tmp_path, capsys, monkeypatch):
-    run_dir = tmp_path / "CartPole-v1__x__1__1"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "state.msgpack").write_bytes(b"")
-    args = ppo.validate_args(ppo.Args(num_envs=8))
-    (run_dir / "args.json").write_text(json.dumps({**ppo.asdict(args), "run_seed": 1}))
-    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", "--resume", str(run_dir), "--num-envs", "16"])
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.main()
-    assert exit_info.value.code == 2
-    assert "--num-envs 16 conflicts with the run's 8" in capsys.readouterr().err
+    run_dir = fake_run_dir(tmp_path, "CartPole-v1", ppo.validate_args(ppo.Args(num_envs=8)))
+    flags = ["--resume", str(run_dir), "--num-envs", "16"]
+    check_bad_input(ppo, flags, "--num-envs 16 conflicts with the run's 8", monkeypatch, capsys)
 
 
 def test_cli_subprocess_bad_input_exit_status():

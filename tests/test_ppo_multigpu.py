@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -24,12 +23,15 @@ import numpy as np
 import pytest
 from _helpers import (
     ROOT,
+    check_bad_input,
     check_vmapped_init,
+    interrupt_after_compiling,
     load_script,
     only_run_dir,
     read_events,
     read_jsonl,
     run_script,
+    start_script,
     tree_equal,
 )
 
@@ -273,19 +275,9 @@ def test_cli_tiny_run_and_resume_after_sigint_equals_uninterrupted(tmp_path):
     assert sum("losses/value_loss" in p for p in points) == 4  # 4 updates, each a gradient step
 
     # SIGINT once compiled: the chunk in flight finishes, a checkpoint is written, exit 130
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "vibe_rl" / "ppo_multigpu.py"), *CLI_TINY, "--output-dir", str(tmp_path / "b")],  # noqa: E501
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "WANDB_MODE": "offline"},
-    )  # fmt: skip
-    for line in process.stdout:
-        if line.startswith("compiled"):
-            process.send_signal(signal.SIGINT)
-            break
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 128 + signal.SIGINT, err[-3000:]
+    interrupt_after_compiling(start_script("ppo_multigpu", *CLI_TINY, "--output-dir", str(tmp_path / "b")))
     interrupted = only_run_dir(tmp_path / "b")
-    assert "--resume" in out and not (interrupted / "eval.json").exists()
+    assert not (interrupted / "eval.json").exists()
 
     resumed = run_script("ppo_multigpu", "--resume", str(interrupted), "--save-model")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -376,12 +368,7 @@ def has_orbax_checkpoint(run_dir: Path) -> bool:
 def test_bad_input_exits_2_with_one_line(flags, message, capsys, monkeypatch):
     for var in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "PMI_RANK"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(sys, "argv", ["ppo_multigpu.py", *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.main()
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1, err
+    check_bad_input(ppo, flags, message, monkeypatch, capsys)
 
 
 def test_num_envs_not_divisible_by_the_devices_names_the_device_count():

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,14 +11,17 @@ import numpy as np
 import optax
 import pytest
 from _helpers import (
-    ROOT,
     AsymmetricBoxProbe,
     ConstantRewardProbe,
+    check_bad_input,
     check_gif,
     check_run_dir,
+    fake_run_dir,
+    interrupt_after_compiling,
     load_script,
     only_run_dir,
     run_script,
+    start_script,
     tree_equal,
 )
 
@@ -306,22 +306,7 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     assert straight.returncode == 0, straight.stderr
     assert sorted(p.name.split("__")[2] for p in (tmp_path / "a").iterdir()) == ["5", "6"]
 
-    # SIGINT as soon as the chunk is compiled: the run finishes the chunk in flight,
-    # checkpoints, says how to resume and exits with 128 + SIGINT.
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "vibe_rl" / "sac_jax.py"), *flags, "--output-dir", str(tmp_path / "b")],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    for line in process.stdout:
-        if line.startswith("compiled"):
-            process.send_signal(signal.SIGINT)
-            break
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 128 + signal.SIGINT, err
-    assert "--resume" in out
+    interrupt_after_compiling(start_script("sac_jax", *flags, "--output-dir", str(tmp_path / "b")))
     interrupted = sorted((tmp_path / "b").iterdir())
     assert len(interrupted) == 2 and not (interrupted[0] / "eval.json").exists()
 
@@ -370,25 +355,13 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
     ],
 )
 def test_bad_input_exits_2_with_one_line(flags, message, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["sac_jax.py", *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        sac.main()
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1, err
+    check_bad_input(sac, flags, message, monkeypatch, capsys)
 
 
 def test_resume_with_conflicting_args_is_refused(tmp_path, capsys, monkeypatch):
-    run_dir = tmp_path / "Pendulum-v1__x__1__1"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "state.msgpack").write_bytes(b"")
-    args = sac.validate_args(sac.Args(tau=0.01))
-    (run_dir / "args.json").write_text(json.dumps({**sac.asdict(args), "run_seed": 1}))
-    monkeypatch.setattr(sys, "argv", ["sac_jax.py", "--resume", str(run_dir), "--tau", "0.02"])
-    with pytest.raises(SystemExit) as exit_info:
-        sac.main()
-    assert exit_info.value.code == 2
-    assert "--tau 0.02 conflicts with the run's 0.01" in capsys.readouterr().err
+    run_dir = fake_run_dir(tmp_path, "Pendulum-v1", sac.validate_args(sac.Args(tau=0.01)))
+    flags = ["--resume", str(run_dir), "--tau", "0.02"]
+    check_bad_input(sac, flags, "--tau 0.02 conflicts with the run's 0.01", monkeypatch, capsys)
 
 
 def test_cli_subprocess_discrete_env_is_refused():
