@@ -493,7 +493,7 @@ def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
             grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 100)
             ys = np.stack([np.interp(grid, steps, returns) for steps, returns in curves])  # [seeds, 100]
             mean, std = ys.mean(0), ys.std(0)
-            ax.plot(grid, mean, label=f"{r['name']} ({len(curves)} seeds)")
+            ax.plot(grid, mean, label=f"{r['name']} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
             ax.fill_between(grid, mean - std, mean + std, alpha=0.2)
         ax.set(title=env, xlabel="env steps", ylabel="episodic return (training)")
         ax.grid(alpha=0.3)
