@@ -53,6 +53,17 @@ def run_script(
     return subprocess.run(**command, capture_output=True, timeout=timeout)
 
 
+def run_with_every_output(name: str, flags: list[str], output_dir: Path, env_id: str) -> tuple[Path, str]:
+    """A tiny run with every optional output on (--save-model --capture-video --track,
+    --exp-name tiny); it must succeed. Returns its run directory and its stdout."""
+    extra = ["--save-model", "--capture-video", "--track", "--exp-name", "tiny"]
+    result = run_script(name, *flags, "--output-dir", str(output_dir), *extra)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(output_dir)
+    assert run_dir.name.startswith(f"{env_id}__tiny__1__")
+    return run_dir, result.stdout
+
+
 def start_script(name: str, *flags: str) -> subprocess.Popen:
     """Start `python vibe_rl/{name}.py FLAGS` in the background, output piped."""
     return subprocess.Popen(**script_command(name, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -22,6 +22,7 @@ from _helpers import (
     load_script,
     only_run_dir,
     run_script,
+    run_with_every_output,
     start_script,
     tree_equal,
 )
@@ -274,20 +275,7 @@ CLI_TINY = [*CLI_BASE, "--total-timesteps", "800", "--num-chunks", "4"]
 
 
 def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
-    result = run_script(
-        "dqn_jax",
-        *CLI_TINY,
-        "--output-dir",
-        str(tmp_path),
-        "--save-model",
-        "--capture-video",
-        "--track",
-        "--exp-name",
-        "tiny",
-    )
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path)
-    assert run_dir.name.startswith("CartPole-v1__tiny__1__")
+    run_dir, stdout = run_with_every_output("dqn_jax", CLI_TINY, tmp_path, "CartPole-v1")
     tags = list(dqn.METRIC_TAGS.values()) + ["charts/SPS"]
     evaluation = check_run_dir(run_dir, tags, total_steps=800, exp_name="tiny")
     assert evaluation["episodes"] == 4
@@ -297,7 +285,7 @@ def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
     assert (run_dir / "wandb").is_dir()  # --track, offline
     reloaded = dqn.evaluate_saved_model(run_dir, episodes=4, seed=0)
     assert len(reloaded["returns"]) == 4 and math.isfinite(reloaded["mean"])
-    assert "SPS" in result.stdout and "epsilon" in result.stdout
+    assert "SPS" in stdout and "epsilon" in stdout
 
 
 def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):

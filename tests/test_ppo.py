@@ -20,6 +20,7 @@ from _helpers import (
     load_script,
     only_run_dir,
     run_script,
+    run_with_every_output,
     start_script,
     tree_equal,
 )
@@ -217,20 +218,7 @@ CLI_TINY = [
 
 
 def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
-    result = run_script(
-        "ppo_jax_scan",
-        *CLI_TINY,
-        "--output-dir",
-        str(tmp_path),
-        "--save-model",
-        "--capture-video",
-        "--track",
-        "--exp-name",
-        "tiny",
-    )
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path)
-    assert run_dir.name.startswith("CartPole-v1__tiny__1__")
+    run_dir, stdout = run_with_every_output("ppo_jax_scan", CLI_TINY, tmp_path, "CartPole-v1")
     tags = list(ppo.METRIC_TAGS.values()) + ["charts/SPS"]
     evaluation = check_run_dir(run_dir, tags, total_steps=2048, exp_name="tiny")
     assert evaluation["episodes"] == 4
@@ -239,7 +227,7 @@ def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
     # the saved model loads back and evaluates
     reloaded = ppo.evaluate_saved_model(run_dir, episodes=4, seed=0)
     assert len(reloaded["returns"]) == 4 and math.isfinite(reloaded["mean"])
-    assert "SPS" in result.stdout and "return" in result.stdout
+    assert "SPS" in stdout and "return" in stdout
 
 
 def test_cli_num_seeds_writes_one_directory_per_seed(tmp_path):

@@ -21,6 +21,7 @@ from _helpers import (
     load_script,
     only_run_dir,
     run_script,
+    run_with_every_output,
     start_script,
     tree_equal,
 )
@@ -271,20 +272,7 @@ CLI_TINY = [
 
 
 def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
-    result = run_script(
-        "sac_jax",
-        *CLI_TINY,
-        "--output-dir",
-        str(tmp_path),
-        "--save-model",
-        "--capture-video",
-        "--track",
-        "--exp-name",
-        "tiny",
-    )
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path)
-    assert run_dir.name.startswith("Pendulum-v1__tiny__1__")
+    run_dir, stdout = run_with_every_output("sac_jax", CLI_TINY, tmp_path, "Pendulum-v1")
     tags = list(sac.METRIC_TAGS.values()) + ["charts/SPS"]
     evaluation = check_run_dir(run_dir, tags, total_steps=600, exp_name="tiny")
     assert evaluation["episodes"] == 2 and evaluation["lengths"] == [200, 200]
@@ -292,7 +280,7 @@ def test_cli_tiny_run_writes_the_whole_run_directory(tmp_path):
     assert (run_dir / "wandb").is_dir()  # --track, offline
     reloaded = sac.evaluate_saved_model(run_dir, episodes=2, seed=0)
     assert len(reloaded["returns"]) == 2 and math.isfinite(reloaded["mean"])
-    assert "SPS" in result.stdout and "return" in result.stdout
+    assert "SPS" in stdout and "return" in stdout
 
 
 # --- resume equals uninterrupted (two seeds: also one directory per seed) --------------

@@ -573,17 +573,16 @@ def build_ppo(args: Args, spec: EnvSpec) -> PPO:
         return AgentParams(actor.init(actor_key, dummy_obs), critic.init(critic_key, dummy_obs))
 
     @init_params.def_vmap
-    def init_params_one_seed_at_a_time(axis_size: int, in_batched: list[bool], *keys: jax.Array):
+    def init_params_one_seed_at_a_time(
+        axis_size: int, in_batched: list[bool], actor_keys: jax.Array, critic_keys: jax.Array
+    ):
         # Why not a plain vmap: the orthogonal init is a QR, and jaxlib 0.10.2's CPU QR of a
         # batch of matrices splits the batch across XLA's intra-op thread pool and blocks on
         # it. Vmapped over seeds, two such QRs (independent layers) can occupy both threads of
         # a 2-core pool and wait for each other forever. One seed at a time, each QR is
-        # unbatched and runs inline; the parameters are the same bits.
-        keys = [
-            k if b else jnp.broadcast_to(k, (axis_size, *k.shape))
-            for k, b in zip(keys, in_batched, strict=True)
-        ]
-        params = jax.lax.map(lambda ks: init_params(*ks), tuple(keys))
+        # unbatched and runs inline; the parameters are the same bits. Both keys are split
+        # from the seed's key, so both are batched: [S, 2].
+        params = jax.lax.map(lambda keys: init_params(*keys), (actor_keys, critic_keys))
         return params, jax.tree.map(lambda _: True, params)
 
     def init(key: jax.Array) -> RunnerState:

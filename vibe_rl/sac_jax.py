@@ -297,7 +297,8 @@ class ReplayBuffer(NamedTuple):
 
 
 class Transition(NamedTuple):
-    """One step of the N envs, as stored in the buffer."""
+    """One step of the N envs, as stored in the buffer ([N, ...]); a uniform sample of the
+    buffer has the same fields, [B, ...] (`Batch`)."""
 
     obs: jax.Array  # [N, obs_dim]
     action: jax.Array  # [N, A]
@@ -306,14 +307,7 @@ class Transition(NamedTuple):
     terminated: jax.Array  # [N]
 
 
-class Batch(NamedTuple):
-    """A uniform sample of the buffer, [B, ...]."""
-
-    obs: jax.Array  # [B, obs_dim]
-    action: jax.Array  # [B, A]
-    reward: jax.Array  # [B]
-    next_obs: jax.Array  # [B, obs_dim]
-    terminated: jax.Array  # [B]
+Batch = Transition  # [B, ...]: what buffer_sample returns and the losses read
 
 
 class RunnerState(NamedTuple):
