@@ -127,16 +127,22 @@ def test_learning_rate_anneals_linearly_to_zero():
 
 
 def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
-    for env_id in ("CartPole-v1", "Pendulum-v1"):
-        check_vmapped_init(ppo.build_ppo(tiny_args(env_id=env_id), ppo.make_env(env_id)).init)
+    for env_id, network in (("CartPole-v1", "mlp"), ("Pendulum-v1", "mlp"), ("Breakout-MinAtar", "cnn")):
+        args = tiny_args(env_id=env_id, network=network)
+        check_vmapped_init(ppo.build_ppo(args, ppo.make_env(env_id)).init)
 
 
 @pytest.mark.parametrize(
-    ("env_id", "action_shape"),
-    [("CartPole-v1", ()), ("Pendulum-v1", (1,)), ("Breakout-MinAtar", ())],
+    ("env_id", "action_shape", "network"),
+    [
+        ("CartPole-v1", (), "mlp"),
+        ("Pendulum-v1", (1,), "mlp"),
+        ("Breakout-MinAtar", (), "mlp"),
+        ("Breakout-MinAtar", (), "cnn"),
+    ],
 )
-def test_train_shapes_under_jit_and_vmap(env_id, action_shape):
-    args = tiny_args(env_id=env_id)
+def test_train_shapes_under_jit_and_vmap(env_id, action_shape, network):
+    args = tiny_args(env_id=env_id, network=network)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     state, metrics = jax.jit(jax.vmap(ppo.make_train(args)))(keys)
     spec = ppo.make_env(env_id)
@@ -147,6 +153,8 @@ def test_train_shapes_under_jit_and_vmap(env_id, action_shape):
     # at least one gradient step was taken: the parameters moved
     init_params = jax.vmap(ppo.build_ppo(args, spec).init)(keys).params
     assert not tree_equal(init_params, state.params)
+    if network == "cnn":  # the image is rebuilt from the flat observation: [H, W, C] = [10, 10, 4]
+        assert init_params.actor["params"]["Conv_0"]["kernel"].shape == (3, 3, 3, 4, 16)
     # seeds are independent runs
     assert not np.allclose(metrics.value_loss[0], metrics.value_loss[1])
     if not spec.discrete:
@@ -180,6 +188,7 @@ def test_value_bootstraps_through_time_limit(continuous):
         env,
         env.default_params,
         1,
+        (1,),
         1 if continuous else 2,
         not continuous,
         np.array([-1.0], np.float32),
@@ -307,6 +316,7 @@ def test_resume_after_sigint_equals_uninterrupted_run(tmp_path):
         (["--total-timesteps", "100"], "--total-timesteps 100 is smaller than one batch"),
         (["--resume", "/nonexistent/run"], "--resume /nonexistent/run: not a run directory"),
         (["--env-id", "DeepSea-bsuite", "--capture-video"], "--capture-video renders classic-control"),
+        (["--network", "cnn"], "--network cnn needs image observations [H, W, C], CartPole-v1 gives (4,)"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(flags, message, capsys, monkeypatch):

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import flax.linen as nn
 import flax.serialization
@@ -110,7 +110,10 @@ class Args:
     target_kl: float | None = None
     """skip the remaining epochs of an update once approx_kl exceeds this"""
     hidden_size: int = 64
-    """width of the two hidden layers of the actor and of the critic"""
+    """width of the two hidden layers of the actor and of the critic (cnn: of its dense layer)"""
+    network: Literal["mlp", "cnn"] = "mlp"
+    """torso of the actor and of the critic: an MLP over the flattened observation, or for
+    image observations (MinAtar) the MinAtar paper's CNN (3x3 conv, 16 channels, then dense)"""
     normalize_obs: bool = False
     """normalise observations by running mean and std (clipped to +-10)"""
     normalize_reward: bool = False
@@ -157,6 +160,9 @@ def validate_args(args: Args) -> Args:
             f"--env-id {args.env_id}: action space {type(action_space).__name__} is not "
             "supported (PPO here handles Discrete and Box)"
         )
+    obs_shape = env.observation_space(env_params).shape
+    if args.network == "cnn" and len(obs_shape) != 3:
+        raise ArgsError(f"--network cnn needs image observations [H, W, C], {args.env_id} gives {obs_shape}")
     if args.capture_video and not (args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar")):
         raise ArgsError(f"--capture-video renders classic-control and MinAtar envs, not {args.env_id}")
     if args.capture_video and args.env_id in CLASSIC_CONTROL:
@@ -201,6 +207,7 @@ class EnvSpec(NamedTuple):
     env: Any  # gymnax.environments.environment.Environment
     env_params: Any  # its EnvParams
     obs_dim: int  # observations are flattened: [*obs_shape] -> [obs_dim]
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
     action_dim: int  # number of discrete actions, or A for Box actions
     discrete: bool
     action_low: np.ndarray  # [A] (unused for discrete actions)
@@ -218,7 +225,8 @@ def make_env(env_id: str) -> EnvSpec:
         action_dim = int(np.prod(action_space.shape))
         low = np.broadcast_to(np.asarray(action_space.low, np.float32), (action_dim,))
         high = np.broadcast_to(np.asarray(action_space.high, np.float32), (action_dim,))
-    return EnvSpec(env, env_params, int(np.prod(obs_shape)), int(action_dim), discrete, low, high)
+    obs_dim = int(np.prod(obs_shape))
+    return EnvSpec(env, env_params, obs_dim, tuple(obs_shape), int(action_dim), discrete, low, high)
 
 
 def flatten_obs(obs: jax.Array) -> jax.Array:
@@ -290,16 +298,33 @@ def hidden_layers(x: jax.Array, width: int) -> jax.Array:
     return x
 
 
+def cnn_layers(obs: jax.Array, obs_shape: tuple[int, ...], width: int) -> jax.Array:
+    """[PPO-19] The MinAtar paper's torso (Young & Tian 2019): 3x3 conv with 16 channels,
+    valid padding, then one dense layer; ReLU. The rollout stores flat observations, so
+    the image is rebuilt here: [..., H*W*C] -> [..., H, W, C]."""
+    x = obs.reshape(*obs.shape[:-1], *obs_shape)
+    conv = nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))
+    x = nn.relu(conv(x))  # [..., H-2, W-2, 16]
+    x = x.reshape(*x.shape[:-3], -1)  # [..., (H-2)*(W-2)*16]
+    return nn.relu(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+
+
+def torso(obs: jax.Array, network: str, obs_shape: tuple[int, ...], width: int) -> jax.Array:
+    return cnn_layers(obs, obs_shape, width) if network == "cnn" else hidden_layers(obs, width)
+
+
 class Actor(nn.Module):
     """obs [..., obs_dim] -> policy distribution. [PPO-13] separate from the critic."""
 
     action_dim: int
     discrete: bool
     hidden_size: int = 64
+    network: str = "mlp"  # "mlp" or "cnn"
+    obs_shape: tuple[int, ...] = ()  # the image shape, for "cnn"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
-        x = hidden_layers(obs, self.hidden_size)
+        x = torso(obs, self.network, self.obs_shape, self.hidden_size)
         # [PPO-2] policy head gain 0.01: the initial policy is near uniform / near mean 0
         out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), bias_init=constant(0.0))(x)
         if self.discrete:
@@ -313,10 +338,12 @@ class Critic(nn.Module):
     """obs [..., obs_dim] -> state value [...]."""
 
     hidden_size: int = 64
+    network: str = "mlp"
+    obs_shape: tuple[int, ...] = ()
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = hidden_layers(obs, self.hidden_size)
+        x = torso(obs, self.network, self.obs_shape, self.hidden_size)
         # [PPO-2] value head gain 1.0
         return nn.Dense(1, kernel_init=orthogonal(1.0), bias_init=constant(0.0))(x)[..., 0]
 
@@ -558,8 +585,8 @@ class PPO(NamedTuple):
 
 def build_ppo(args: Args, spec: EnvSpec) -> PPO:
     env, env_params = spec.env, spec.env_params
-    actor = Actor(spec.action_dim, spec.discrete, args.hidden_size)
-    critic = Critic(args.hidden_size)
+    actor = Actor(spec.action_dim, spec.discrete, args.hidden_size, args.network, spec.obs_shape)
+    critic = Critic(args.hidden_size, args.network, spec.obs_shape)
     # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5; the (annealed)
     # learning rate is applied by hand each update, so the logged value is the one used.
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
@@ -813,7 +840,7 @@ class EvalResult(NamedTuple):
 def make_evaluate(args: Args, spec: EnvSpec) -> Callable[..., EvalResult]:
     """Deterministic policy (argmax / mean action), eval_episodes episodes in parallel."""
     env, env_params = spec.env, spec.env_params
-    actor = Actor(spec.action_dim, spec.discrete, args.hidden_size)
+    actor = Actor(spec.action_dim, spec.discrete, args.hidden_size, args.network, spec.obs_shape)
     low, high = jnp.asarray(spec.action_low), jnp.asarray(spec.action_high)
     num_episodes = args.eval_episodes
 
