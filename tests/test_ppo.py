@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -153,12 +154,30 @@ def test_train_shapes_under_jit_and_vmap(env_id, action_shape, network):
     # at least one gradient step was taken: the parameters moved
     init_params = jax.vmap(ppo.build_ppo(args, spec).init)(keys).params
     assert not tree_equal(init_params, state.params)
-    if network == "cnn":  # the image is rebuilt from the flat observation: [H, W, C] = [10, 10, 4]
-        assert init_params.actor["params"]["Conv_0"]["kernel"].shape == (3, 3, 3, 4, 16)
+    if network == "cnn":  # 3 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
+        assert init_params.actor["params"]["Dense_0"]["kernel"].shape == (3, 36, 16)
     # seeds are independent runs
     assert not np.allclose(metrics.value_loss[0], metrics.value_loss[1])
     if not spec.discrete:
         assert spec.action_low.shape == action_shape
+
+
+def test_cnn_torso_is_a_3x3_valid_convolution():
+    class Torso(nn.Module):
+        @nn.compact
+        def __call__(self, obs):
+            return ppo.cnn_layers(obs, (10, 10, 4), 8)
+
+    obs = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (5, 400)).astype(jnp.float32)
+    params = Torso().init(jax.random.PRNGKey(1), obs)["params"]
+    conv, dense = params["Dense_0"], params["Dense_1"]
+    image = obs.reshape(5, 10, 10, 4)
+    kernel = conv["kernel"].reshape(3, 3, 4, 16)  # [9C, 16] -> [H, W, C_in, C_out]
+    layout = ("NHWC", "HWIO", "NHWC")
+    expected = jax.lax.conv_general_dilated(image, kernel, (1, 1), "VALID", dimension_numbers=layout)
+    expected = jax.nn.relu(expected + conv["bias"]).reshape(5, -1)
+    expected = jax.nn.relu(expected @ dense["kernel"] + dense["bias"])
+    np.testing.assert_allclose(Torso().apply({"params": params}, obs), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_chunked_run_equals_single_program():

@@ -299,12 +299,22 @@ def hidden_layers(x: jax.Array, width: int) -> jax.Array:
 
 
 def cnn_layers(obs: jax.Array, obs_shape: tuple[int, ...], width: int) -> jax.Array:
-    """[PPO-19] The MinAtar paper's torso (Young & Tian 2019): 3x3 conv with 16 channels,
-    valid padding, then one dense layer; ReLU. The rollout stores flat observations, so
-    the image is rebuilt here: [..., H*W*C] -> [..., H, W, C]."""
-    x = obs.reshape(*obs.shape[:-1], *obs_shape)
-    conv = nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))
-    x = nn.relu(conv(x))  # [..., H-2, W-2, 16]
+    """[PPO-19] The MinAtar paper's torso (Young & Tian 2019): a 3x3 convolution with 16
+    channels (valid padding), then one dense layer of `width`; ReLU.
+
+    The rollout stores flat observations, so the image is rebuilt first. The convolution is
+    written as a dense layer over each pixel's 3x3 patch ("im2col"): the same function as
+    nn.Conv(16, (3, 3), padding="VALID") with its kernel reshaped [3, 3, C, 16] -> [9C, 16]
+    (tests/test_ppo.py checks this). On XLA CPU it is much faster: one PPO update on
+    Breakout-MinAtar (64 envs x 128 steps, one seed) took 1.75 s this way, 11.3 s with nn.Conv.
+    """
+    h, w, c = obs_shape
+    image = obs.reshape(*obs.shape[:-1], h, w, c)  # [..., H, W, C]
+    patches = jnp.concatenate(  # [..., H-2, W-2, 9*C], ordered (row, column, channel)
+        [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)], axis=-1
+    )
+    conv = nn.Dense(16, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))
+    x = nn.relu(conv(patches))  # [..., H-2, W-2, 16]
     x = x.reshape(*x.shape[:-3], -1)  # [..., (H-2)*(W-2)*16]
     return nn.relu(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
 
