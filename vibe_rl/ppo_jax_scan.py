@@ -112,8 +112,7 @@ class Args:
     hidden_size: int = 64
     """width of the two hidden layers of the actor and of the critic (cnn: of its dense layer)"""
     network: Literal["mlp", "cnn"] = "mlp"
-    """torso of the actor and of the critic: an MLP over the flattened observation, or for
-    image observations (MinAtar) the MinAtar paper's CNN (3x3 conv, 16 channels, then dense)"""
+    """torso of actor and critic: mlp (flattened obs) or cnn (MinAtar images: 3x3 conv, then dense)"""
     normalize_obs: bool = False
     """normalise observations by running mean and std (clipped to +-10)"""
     normalize_reward: bool = False
