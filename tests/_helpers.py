@@ -3,7 +3,7 @@ what a run writes, and small probe environments with a known value function."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import signal
@@ -24,14 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_script(name: str) -> ModuleType:
-    """Import vibe_rl/{name}.py as a module (the scripts are standalone files)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "vibe_rl" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The script vibe_rl/{name}.py, imported from the installed package (pip install -e .)."""
+    return importlib.import_module(f"vibe_rl.{name}")
 
 
 def script_command(name: str, *flags: str) -> dict[str, Any]:
@@ -69,15 +63,16 @@ def start_script(name: str, *flags: str) -> subprocess.Popen:
     return subprocess.Popen(**script_command(name, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def interrupt_after_compiling(process: subprocess.Popen) -> str:
-    """Ctrl-C a started run as soon as it has compiled its chunk. It must finish the chunk in
-    flight, checkpoint, print how to resume and exit with 128 + SIGINT. Returns its stdout."""
+def interrupt_after_compiling(process: subprocess.Popen, signum: int = signal.SIGINT) -> str:
+    """Ctrl-C (or another signal) to a started run as soon as it has compiled its chunk. It must
+    finish the chunk in flight, checkpoint, print how to resume and exit with 128 + the signal.
+    Returns its stdout."""
     for line in process.stdout:
         if line.startswith("compiled"):
-            process.send_signal(signal.SIGINT)
+            process.send_signal(signum)
             break
     out, err = process.communicate(timeout=300)
-    assert process.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert process.returncode == 128 + signum, err[-3000:]
     assert "--resume" in out
     return out
 

@@ -1,0 +1,330 @@
+"""What every vibe_rl script guarantees on the command line, tested once for all of them.
+
+Each script's run harness (below its banner) is the same text, so these tests are written
+once and parametrised over the scripts: bad input exits 2 with one line before compiling;
+a --resume that conflicts with the run is refused; a moved run directory resumes; a corrupt
+checkpoint falls back to the previous one, and none readable exits 2 naming the file; a
+non-finite stop keeps the checkpoints; a run writes its whole directory; a run stopped by
+Ctrl-C or SIGTERM and resumed ends bitwise equal to an uninterrupted one; the chunk plan gives
+every chunk work; seeds sharded over several devices train as on one. The runs are tiny (a
+few thousand steps): they check the contract, not learning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from _helpers import (
+    ROOT,
+    check_gif,
+    exit_of_main,
+    interrupt_after_compiling,
+    load_script,
+    only_run_dir,
+    read_events,
+    read_jsonl,
+    run_script,
+    start_script,
+    tree_equal,
+)
+
+BANNER = "identical in every vibe_rl script"
+
+
+class Contract(NamedTuple):
+    """How to exercise one script."""
+
+    env_id: str  # the default environment
+    run: list[str]  # a short run that takes gradient steps, in many chunks (a signal lands mid-run)
+    non_finite: list[str]  # flags that make the loss or parameters non-finite
+    stop_signal: int  # the signal its resume test sends (SIGINT for some scripts, SIGTERM for the others)
+    bad_inputs: list[tuple[list[str], str]]  # its own bad flags -> the message's start
+    budgets: Any  # (total_timesteps, num_envs) -> Args overrides for the chunk-plan property
+
+
+def flags(**values: Any) -> list[str]:
+    return [part for name, value in values.items() for part in (f"--{name.replace('_', '-')}", str(value))]
+
+
+SCRIPTS = {
+    "ppo_jax_scan": Contract(
+        env_id="CartPole-v1",
+        run=flags(num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4),
+        non_finite=flags(learning_rate=1e38, max_grad_norm=1e38),
+        stop_signal=signal.SIGINT,
+        bad_inputs=[
+            (
+                flags(num_minibatches=3),
+                "--num-minibatches 3 must divide num_envs * num_steps = 4 * 128 = 512",
+            ),
+            (flags(update_epochs=-1), "--update-epochs must be a positive integer"),
+            (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
+            (flags(gamma=1.5), "--gamma and --gae-lambda must lie in [0, 1]"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
+    ),
+}
+
+
+@pytest.fixture(params=list(SCRIPTS))
+def script(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def banner_and_harness(name: str) -> tuple[int, list[str]]:
+    lines = (ROOT / "vibe_rl" / f"{name}.py").read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if BANNER in line)
+    return index + 1, lines[index:]
+
+
+# --- the text ---------------------------------------------------------------------------
+
+
+def test_every_script_has_the_same_harness_below_one_banner():
+    scripts = sorted(p.stem for p in (ROOT / "vibe_rl").glob("*.py") if p.stem != "__init__")
+    assert set(SCRIPTS) <= set(scripts)
+    reference = banner_and_harness("ppo_jax_scan")[1]
+    for name in scripts:
+        text = (ROOT / "vibe_rl" / f"{name}.py").read_text()
+        assert text.count(BANNER) == 1, f"{name}: the banner must appear once"
+        harness = banner_and_harness(name)[1]
+        assert harness == reference, f"{name}: its harness differs from ppo_jax_scan.py's"
+        main = re.search(r"^def main\(\).*?(?=^\S)", "\n".join(harness) + "\nX", re.S | re.M).group(0)
+        assert len(main.rstrip().splitlines()) <= 40
+        numbers = [int(n) for n in re.findall(r"^# =+ (\d+)\. ", text, re.M)]
+        assert numbers == list(range(1, len(numbers) + 1)) and numbers, f"{name}: sections {numbers}"
+
+
+def test_help_shows_no_derived_size(script, capsys, monkeypatch):
+    module = load_script(script)
+    monkeypatch.setattr("sys.argv", [f"{script}.py", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        module.main()
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    sizes = module.make_algorithm(module.Args()).sizes._fields
+    shown = [name for name in sizes if f"--{name.replace('_', '-')} " in text]
+    assert not shown, f"--help offers derived sizes: {shown}"
+
+
+# --- bad input: one line, exit status 2, before anything compiles -----------------------
+
+COMMON_BAD_INPUTS = [
+    (flags(env_id="Nope-v0"), "--env-id 'Nope-v0' is not a gymnax environment; valid: "),
+    (flags(num_seeds=0), "--num-seeds must be a positive integer, got 0"),
+    (flags(num_chunks=0), "--num-chunks must be a positive integer, got 0"),
+    (flags(eval_episodes=-2), "--eval-episodes must be a positive integer, got -2"),
+    (flags(cpu_devices=-1), "--cpu-devices must be >= 0, got -1"),
+    (flags(resume="/nonexistent/run"), "--resume /nonexistent/run: not a run directory (no args.json)"),
+    (
+        flags(env_id="DeepSea-bsuite") + ["--capture-video"],
+        "--capture-video renders classic-control and MinAtar",
+    ),
+]
+BAD_INPUTS = [(name, f, m) for name, c in SCRIPTS.items() for f, m in COMMON_BAD_INPUTS + c.bad_inputs]
+
+
+@pytest.mark.parametrize(("name", "bad_flags", "message"), BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line(name, bad_flags, message, capsys, monkeypatch):
+    code, err = exit_of_main(load_script(name), bad_flags, monkeypatch, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"{name}.py: error: {message}" in lines[0], err
+
+
+def test_bad_input_from_the_shell(script):
+    """As a user sees it: status 2, one line, no traceback, nothing written."""
+    result = run_script(script, "--env-id", "Nope-v0", "--output-dir", "/nonexistent/never", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "is not a gymnax environment" in result.stderr
+
+
+def fake_run(parent: Path, script: str, **saved: Any) -> Path:
+    """A run directory whose args.json holds `saved`: enough for the checks of --resume that
+    come before any checkpoint is read."""
+    module = load_script(script)
+    run_dir = parent / "a_run"
+    run_dir.mkdir(parents=True)
+    record = {**dataclasses.asdict(module.Args(**saved)), "run_seed": 1, "seed_dirs": ["a_run"]}
+    (run_dir / "args.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def test_resume_with_conflicting_flags_is_refused(script, tmp_path, capsys, monkeypatch):
+    run_dir = fake_run(tmp_path, script, total_timesteps=123_456)
+    bad = ["--resume", str(run_dir), "--total-timesteps", "7000"]
+    code, err = exit_of_main(load_script(script), bad, monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--total-timesteps 7000 conflicts with the run's 123456" in err
+
+
+def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(script, tmp_path, capsys, monkeypatch):
+    run_dir = fake_run(tmp_path, script)
+    module = load_script(script)
+    code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
+    assert code == 2 and "no checkpoint reads: there is none" in err and err.count("\n") == 1
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "step_000000000512.msgpack").write_bytes(b"\x81\xa5trunc")  # cut short
+    code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run_dir}/checkpoints/step_000000000512.msgpack: " in err
+
+
+# --- the chunk plan ---------------------------------------------------------------------
+
+
+def test_plan_chunks_gives_every_chunk_work():
+    module = load_script("ppo_jax_scan")
+    for num_units in range(1, 300):
+        for num_chunks in (1, 2, 3, 7, 10, 64, 500):
+            per_chunk, chunks = module.plan_chunks(num_units, num_chunks)
+            assert chunks <= num_chunks and (chunks - 1) * per_chunk < num_units <= chunks * per_chunk
+
+
+def test_each_budget_and_env_count_gives_whole_units_within_the_budget(script):
+    """The units the harness plans never exceed the budget, and lose less than one unit of it;
+    e.g. 16384 PPO steps (it ran two empty chunks) and 20480 DQN steps (it crashed)."""
+    module = load_script(script)
+    contract = SCRIPTS[script]
+    for total in (1024, 2048, 10240, 16384, 20480, 25000, 65536, 99991, 500_000):
+        for num_envs in (1, 2, 4, 8, 16):
+            try:
+                algo = module.make_algorithm(module.Args(**contract.budgets(total, num_envs)))
+            except module.ArgsError:
+                continue  # a combination the script refuses with one line, tested above
+            steps = algo.num_units * algo.steps_per_unit
+            assert total - algo.steps_per_unit < steps <= total, (total, num_envs, steps)
+            per_chunk, chunks = module.plan_chunks(algo.num_units, 10)
+            assert (chunks - 1) * per_chunk < algo.num_units <= chunks * per_chunk
+
+
+# --- real runs --------------------------------------------------------------------------
+
+
+def read_state(module: Any, run_dir: Path) -> tuple[int, Any]:
+    """The newest checkpoint of a run directory: (units done, state)."""
+    args = module.args_from_json(run_dir / "args.json")
+    template = module.jax.eval_shape(module.make_algorithm(args).init, module.jax.random.PRNGKey(0))
+    newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
+    return module.read_checkpoint(newest, template)
+
+
+def test_a_run_writes_its_whole_directory(script, tmp_path):
+    """Every output on: TensorBoard, metrics.jsonl, the plot, eval.json, checkpoints, the model
+    (which evaluate_saved_model reads back), the video and the wandb mirror (offline)."""
+    module, contract = load_script(script), SCRIPTS[script]
+    extra = [
+        "--save-model",
+        "--capture-video",
+        "--track",
+        "--exp-name",
+        "tiny",
+        "--output-dir",
+        str(tmp_path),
+    ]
+    result = run_script(script, *contract.run, *extra)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert run_dir.name.startswith(f"{contract.env_id}__tiny__1__")
+    record = json.loads((run_dir / "args.json").read_text())
+    algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
+    assert record["sizes"] == algo.sizes._asdict() and record["seed_dirs"] == [run_dir.name]
+    total = algo.num_units * algo.steps_per_unit
+
+    points = read_jsonl(run_dir / "metrics.jsonl")
+    steps = [p["global_step"] for p in points]
+    assert steps == sorted(steps) and steps[0] > 0 and steps[-1] == total
+    tags = set(algo.metric_tags.values()) | {"charts/SPS", "eval/episodic_return"}
+    assert tags <= set(read_events(run_dir)) and tags <= {k for p in points for k in p}
+    losses = [v for p in points for k, v in p.items() if k.startswith("losses/")]
+    assert losses and all(math.isfinite(v) for v in losses)  # gradient steps were taken
+
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["episodes"] == len(evaluation["returns"]) == 4 and evaluation["global_step"] == total
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints[-1] == f"step_{total:012d}.msgpack" and len(checkpoints) == 2, checkpoints
+    from PIL import Image
+
+    with Image.open(run_dir / "episodic_return.png") as image:
+        assert image.format == "PNG" and min(image.size) > 100
+    check_gif(run_dir / "videos" / "eval.gif")
+    assert (run_dir / "wandb").is_dir()
+    reloaded = module.evaluate_saved_model(run_dir, episodes=3)
+    assert len(reloaded["returns"]) == 3 and math.isfinite(reloaded["mean"])
+    assert "compiled one chunk" in result.stdout and "eval return" in result.stdout
+
+
+def test_resume_of_a_moved_run_after_a_signal_equals_an_uninterrupted_run(script, tmp_path):
+    """Ctrl-C (or SIGTERM) finishes the chunk in flight, checkpoints and exits 128 + signal;
+    the run directory is then moved and renamed; --resume continues it to the same bits."""
+    module, contract = load_script(script), SCRIPTS[script]
+    straight = run_script(script, *contract.run, "--output-dir", str(tmp_path / "a"))
+    assert straight.returncode == 0, straight.stderr
+
+    process = start_script(script, *contract.run, "--output-dir", str(tmp_path / "b"))
+    out = interrupt_after_compiling(process, contract.stop_signal)
+    interrupted = only_run_dir(tmp_path / "b")
+    assert not (interrupted / "eval.json").exists()
+    units_done, _ = read_state(module, interrupted)
+    moved = tmp_path / "elsewhere" / "best_run"
+    shutil.copytree(interrupted, moved)
+    shutil.rmtree(tmp_path / "b")
+    assert "--resume" in out
+
+    resumed = run_script(script, "--resume", str(moved))
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = read_state(module, only_run_dir(tmp_path / "a")), read_state(module, moved)
+    assert a[0] == b[0] > units_done
+    assert tree_equal(a[1], b[1]), "the resumed run differs from the uninterrupted one"
+    steps = [p["global_step"] for p in read_jsonl(moved / "metrics.jsonl") if "charts/SPS" in p]
+    assert steps == sorted(set(steps))  # logged once each, across the interruption
+    straight_points = read_jsonl(only_run_dir(tmp_path / "a") / "metrics.jsonl")
+    assert len(read_jsonl(moved / "metrics.jsonl")) == len(straight_points)
+
+    # The newest checkpoint corrupt: the resume falls back to the one before it.
+    newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
+    newest.write_bytes(newest.read_bytes()[:100])
+    args = module.resume_args(module.Args(resume=str(moved)))
+    restored_units, _ = module.restore_checkpoints(module.open_run(args))
+    assert restored_units < a[0]
+
+
+def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path):
+    contract = SCRIPTS[script]
+    result = run_script(script, *contract.run, *contract.non_finite, "--output-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "error: non-finite loss or parameters between steps" in result.stderr
+    assert "Traceback" not in result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert not (run_dir / "eval.json").exists()
+    assert not list((run_dir / "checkpoints").glob("*.tmp")) if (run_dir / "checkpoints").exists() else True
+
+
+def test_seeds_sharded_over_devices_train_as_on_one_device(script, tmp_path):
+    """3 seeds on 2 CPU devices (padded to 4 slots) and on 1: each seed ends the same."""
+    module, contract = load_script(script), SCRIPTS[script]
+    states = []
+    for devices in (1, 2):
+        out = tmp_path / str(devices)
+        result = run_script(
+            script, *contract.run, "--num-seeds", "3", "--cpu-devices", str(devices), "--output-dir", str(out)
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"3 seed(s) on {devices} device(s)" in result.stdout
+        states.append([read_state(module, d)[1] for d in sorted(out.iterdir())])
+    import numpy as np
+
+    for one, two in zip(*states, strict=True):
+        for a, b in zip(module.jax.tree.leaves(one), module.jax.tree.leaves(two), strict=True):
+            np.testing.assert_allclose(
+                np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-5
+            )
