@@ -72,6 +72,42 @@ SCRIPTS = {
         ],
         budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
     ),
+    "dqn_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            learning_starts=200,
+            train_frequency=4,
+            target_network_frequency=40,
+            buffer_size=500,
+            batch_size=32,
+            log_frequency=100,
+            total_timesteps=1200,
+            num_chunks=12,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1: DQN needs discrete actions, not Box; use vibe_rl/sac_jax.py",
+            ),
+            (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
+            (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
+            (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
+            (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
+            (
+                flags(num_envs=8, train_frequency=8, target_network_frequency=8, buffer_size=4),
+                "--buffer-size 4 is smaller than --num-envs 8",
+            ),
+        ],
+        budgets=lambda total, num_envs: dict(
+            total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
+        ),
+    ),
 }
 
 
