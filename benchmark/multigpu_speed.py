@@ -1,10 +1,11 @@
 """Speed of ppo_multigpu.py against ppo_jax_scan.py, same config, same process.
 
-On one device the sharded script must cost ~nothing: this times one compiled chunk of
-PPO updates of each script (compile excluded, best of --repeats) and prints env steps/s
-and their ratio. On several devices (a GPU machine, or CPU with
-XLA_FLAGS=--xla_force_host_platform_device_count=N) it also times ppo_multigpu.py with
-the env batch sharded over all of them.
+On one device the sharded script must cost ~nothing: this times the chunk the CLI compiles
+(built by the scripts' own run harness: open_run, initial_state, compile_chunk; all updates in
+one chunk, compile excluded, best of --repeats) and prints env steps/s per seed and their ratio.
+On several devices (a GPU machine, or CPU with XLA_FLAGS=--xla_force_host_platform_device_count=N)
+it times ppo_multigpu.py twice more: one seed per device (--data-devices 1, a seed per device)
+and one seed's envs split over all of them (--data-devices 0).
 
     python -m benchmark.multigpu_speed --num-envs 8
     python -m benchmark.multigpu_speed --num-envs 65536 --num-steps 16 --multi-only   # GPUs
@@ -13,27 +14,17 @@ the env batch sharded over all of them.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import dataclasses
 import json
-import sys
-from pathlib import Path
+import tempfile
 from types import ModuleType
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from benchmark.ceiling import best_time
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "vibe_rl" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from vibe_rl import ppo_jax_scan, ppo_multigpu
 
 
 def config(cli: argparse.Namespace) -> dict[str, Any]:
@@ -49,34 +40,15 @@ def config(cli: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def time_scan(cli: argparse.Namespace) -> float:
-    """Env steps/s of ppo_jax_scan.py: one chunk of cli.updates updates."""
-    ppo = load("ppo_jax_scan")
-    args = ppo.validate_args(ppo.Args(**config(cli)))
-    agent = ppo.build_ppo(args, ppo.make_env(args.env_id))
-    state = jax.jit(jax.vmap(agent.init))(jax.random.PRNGKey(0)[None])
-    run = jax.jit(jax.vmap(agent.run_chunk, in_axes=(0, None)))
-    seconds = best_time(lambda: run(state, jnp.asarray(0, jnp.int32)), cli.repeats)
-    return args.num_iterations * args.batch_size / seconds
-
-
-def time_multigpu(cli: argparse.Namespace, num_devices: int) -> float:
-    """Env steps/s of ppo_multigpu.py on the first num_devices devices, sharded."""
-    ppo = load("ppo_multigpu")
-    args = ppo.validate_args(ppo.Args(**config(cli), fsdp=cli.fsdp), num_devices=num_devices)
-    mesh = ppo.make_mesh(jax.devices()[:num_devices])
-    agent = ppo.build_ppo(args, ppo.make_env(args.env_id), mesh)
-    keys = jax.random.PRNGKey(0)[None]
-    shardings = ppo.state_shardings(jax.eval_shape(jax.vmap(agent.init), keys), mesh, cli.fsdp, True)
-    replicated = ppo.NamedSharding(mesh, ppo.P())
-    state = jax.jit(jax.vmap(agent.init), out_shardings=shardings)(keys)
-    run = jax.jit(
-        jax.vmap(agent.run_chunk, in_axes=(0, None)),
-        in_shardings=(shardings, replicated),
-        out_shardings=(shardings, replicated),
-    )
-    seconds = best_time(lambda: run(state, jnp.asarray(0, jnp.int32)), cli.repeats)
-    return args.num_iterations * args.batch_size / seconds
+def time_script(script: ModuleType, cli: argparse.Namespace, **flags: Any) -> float:
+    """Env steps/s per seed of one compiled chunk of cli.updates updates, as the CLI runs it."""
+    args = script.Args(**config(cli), **flags)
+    with tempfile.TemporaryDirectory() as output_dir:  # open_run makes the (unused) run directories
+        run = script.open_run(dataclasses.replace(args, output_dir=output_dir))
+    state = script.initial_state(run, None)
+    chunk = script.compile_chunk(run, state)
+    seconds = best_time(lambda: chunk(state, np.int32(0)), cli.repeats)
+    return run.algo.num_units * run.algo.steps_per_unit / seconds
 
 
 def main() -> None:
@@ -92,23 +64,26 @@ def main() -> None:
     parser.add_argument("--multi-only", action="store_true", help="skip the one-device comparison")
     cli = parser.parse_args()
 
+    devices = jax.device_count()
     result: dict[str, Any] = {
         "device": str(jax.devices()[0].device_kind),
         "platform": jax.devices()[0].platform,
-        "devices": jax.device_count(),
+        "devices": devices,
         **config(cli),
     }
+    # one seed per device: on one device, the program of ppo_jax_scan plus the mesh's constraints
+    one_per_device = dict(data_devices=1, num_seeds=devices, fsdp=cli.fsdp)
     if not cli.multi_only:
         # interleave the two scripts so that machine noise hits both alike
         scan, multi = [], []
         for _ in range(2):
-            scan.append(time_scan(cli))
-            multi.append(time_multigpu(cli, 1))
+            scan.append(time_script(ppo_jax_scan, cli))
+            multi.append(time_script(ppo_multigpu, cli, **one_per_device))
         result["ppo_jax_scan_sps"] = round(max(scan))
         result["ppo_multigpu_1dev_sps"] = round(max(multi))
         result["ratio_1dev"] = round(max(multi) / max(scan), 3)
-    if jax.device_count() > 1:
-        result[f"ppo_multigpu_{jax.device_count()}dev_sps"] = round(time_multigpu(cli, jax.device_count()))
+    if devices > 1:
+        result[f"ppo_multigpu_{devices}dev_sps"] = round(time_script(ppo_multigpu, cli, fsdp=cli.fsdp))
     print(json.dumps(result, indent=2))
 
 

@@ -1,13 +1,16 @@
-"""Tests of vibe_rl/ppo_multigpu.py: the minibatch layout, 1 device == 4 devices (replicated
-and --fsdp), the compiled HLO's collectives, the CLI, two processes, bad input, learning.
+"""Tests of vibe_rl/ppo_multigpu.py: the minibatch layout, the parts it shares with ppo_jax_scan.py,
+1 device == 4 devices (replicated and --fsdp), a 2x2 mesh of seeds x data == seeds on 1x4, the
+compiled chunk's collectives, two processes, --target-kl, learning. What every script
+guarantees on the command line (bad input, resume, run directory, ...) is in test_contract.py.
 
-Several devices on a CPU need XLA_FLAGS=--xla_force_host_platform_device_count=N set
-before jax is imported, so those tests run this file as a worker in a subprocess:
-    XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/test_ppo_multigpu.py OUT.npz
+Several devices on a CPU need XLA_FLAGS=--xla_force_host_platform_device_count=N set before jax
+is imported, so those tests run this file as a worker in a subprocess:
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/test_ppo_multigpu.py OUT_DIR
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,21 +26,19 @@ import numpy as np
 import pytest
 from _helpers import (
     ROOT,
-    check_bad_input,
     check_vmapped_init,
     interrupt_after_compiling,
-    load_script,
     only_run_dir,
-    read_events,
     read_jsonl,
     run_script,
-    start_script,
+    script_command,
     tree_equal,
 )
 
-ppo = load_script("ppo_multigpu")
+from vibe_rl import ppo_jax_scan
+from vibe_rl import ppo_multigpu as ppo
 
-# 3 updates of 8 envs x 16 steps, 4 minibatches (G = 1: each env gives 4 samples to each)
+# 3 iterations of 8 envs x 16 steps, 4 minibatches (G = 1: each env gives 4 samples to each)
 TINY = dict(num_envs=8, num_steps=16, total_timesteps=3 * 8 * 16, num_minibatches=4, update_epochs=2)
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
@@ -60,89 +61,91 @@ def collectives_per_computation(hlo: str) -> dict[str, list[str]]:
 
 # --- the worker, run in a subprocess with 4 forced CPU devices ---------------------------
 
+# name: (num_seeds, --data-devices, --fsdp); the mesh is (4 / data devices) x data devices
+VARIANTS = {
+    "d1": (2, 1, False),  # each seed on one device: 4 slots, seeds 1 and 2 and 2 copies (padding)
+    "d4": (2, 4, False),  # both seeds on all 4 devices
+    "d4_fsdp": (1, 4, True),
+    "mesh2x2": (2, 2, False),  # each seed on 2 devices, the two seeds side by side
+}
 
-def train_on(num_devices: int, fsdp: bool, hlo_path: Path | None = None) -> dict[str, np.ndarray]:
-    """Train TINY on the first num_devices devices; return losses and parameters."""
-    args = ppo.validate_args(ppo.Args(**TINY, num_chunks=1), num_devices=num_devices)
-    mesh = ppo.make_mesh(jax.devices()[:num_devices])
-    agent = ppo.build_ppo(args, ppo.make_env(args.env_id), mesh)
-    keys = jax.random.PRNGKey(1)[None]  # one seed
-    shapes = jax.eval_shape(jax.vmap(agent.init), keys)
-    shardings = ppo.state_shardings(shapes, mesh, fsdp, seed_axis=True)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    state = jax.jit(jax.vmap(agent.init), out_shardings=shardings)(keys)
-    run_chunk = jax.jit(
-        jax.vmap(agent.run_chunk, in_axes=(0, None)),
-        in_shardings=(shardings, replicated),
-        out_shardings=(shardings, replicated),
-        donate_argnums=0,
+
+def train_on(out_dir: Path, name: str) -> dict[str, np.ndarray]:
+    """One compiled chunk of TINY (all 3 iterations), as the CLI compiles it: the harness's
+    open_run, initial_state and compile_chunk. Returns each seed's losses and parameters."""
+    num_seeds, data_devices, fsdp = VARIANTS[name]
+    args = ppo.Args(
+        **TINY,
+        num_seeds=num_seeds,
+        data_devices=data_devices,
+        fsdp=fsdp,
+        num_chunks=1,
+        output_dir=str(out_dir),
     )
-    compiled = run_chunk.lower(state, jnp.asarray(0, jnp.int32)).compile()
-    if hlo_path is not None:
-        hlo_path.write_text(compiled.as_text())
-    state, metrics = compiled(state, jnp.asarray(0, jnp.int32))
-    kernel = state.params.actor["params"]["Dense_1"]["kernel"]
-    assert kernel.sharding.spec == (ppo.P(None, "data") if fsdp else ppo.P()), kernel.sharding
-    assert state.obs.sharding.spec == ppo.P(None, "data")
+    run = ppo.open_run(args)
+    assert dict(run.mesh.shape) == {"seeds": 4 // data_devices, "data": data_devices}
+    state = ppo.initial_state(run, None)
+    chunk = ppo.compile_chunk(run, state)
+    (out_dir / f"{name}.hlo.txt").write_text(chunk.as_text())
+    state, metrics = chunk(state, np.int32(0))
+    kernel = state.params.actor["params"]["Dense_1"]["kernel"]  # [slots, 4, 64]: the first layer
+    assert kernel.sharding.spec == (ppo.P("seeds", None, "data") if fsdp else ppo.P("seeds")), kernel.sharding
+    assert state.obs.sharding.spec == ppo.P("seeds", "data")
     out = {"value_loss": metrics.value_loss, "policy_loss": metrics.policy_loss, "entropy": metrics.entropy}
     for i, leaf in enumerate(jax.tree.leaves(state.params)):
         out[f"param_{i}"] = leaf
-    return {k: np.asarray(v) for k, v in out.items()}
+    return {k: np.asarray(v)[:num_seeds] for k, v in out.items()}  # [S, ...]: the padding dropped
 
 
 def minibatch_locality(num_devices: int) -> dict[str, np.ndarray]:
     """Deal a rollout whose every sample is its env's index; report where samples land."""
     T, N, M, G = 16, 8, 4, 2
-    mesh = ppo.make_mesh(jax.devices()[:num_devices])
-    env_sharded = jax.sharding.NamedSharding(mesh, ppo.P(None, "data"))
+    mesh = jax.make_mesh((num_devices,), ("data",), axis_types=(ppo.AxisType.Auto,))
+    env_sharded = ppo.NamedSharding(mesh, ppo.P(None, "data"))
     env_index = jnp.broadcast_to(jnp.arange(N, dtype=jnp.float32), (T, N))
-    batch = ppo.Batch(*(env_index for _ in ppo.Batch._fields))
-    batch = jax.device_put(batch, env_sharded)
+    batch = jax.device_put(ppo.Batch(*(env_index for _ in ppo.Batch._fields)), env_sharded)
     deal = jax.jit(lambda b, k: ppo.shuffle_into_minibatches(b, k, M, G))
     compiled = deal.lower(batch, jax.random.PRNGKey(0)).compile()
-    minibatches = compiled(batch, jax.random.PRNGKey(0))
-    x = minibatches.obs  # [M, N/G, T*G/M]
+    x = compiled(batch, jax.random.PRNGKey(0)).obs  # [M, N/G, T*G/M]
     # which env indices every device holds, per device
     held = np.full((num_devices, M * (N // G // num_devices) * (T * G // M)), -1.0)
     for shard in x.addressable_shards:
         held[mesh.devices.tolist().index(shard.device)] = np.asarray(shard.data).ravel()
     return {
-        "minibatches": np.asarray(x),
         "held": held,
         "spec": np.array(str(x.sharding.spec)),
         "collectives": np.array(json.dumps(collectives_per_computation(compiled.as_text()))),
     }
 
 
-def worker(out_path: str) -> None:
+def worker(out_dir: str) -> None:
     assert jax.device_count() == 4
     results = {}
-    hlo_dir = Path(out_path).parent
-    for name, num_devices, fsdp in [("d1", 1, False), ("d4", 4, False), ("d4_fsdp", 4, True)]:
-        hlo_path = hlo_dir / f"{name}.hlo.txt"
-        for key, value in train_on(num_devices, fsdp, hlo_path).items():
+    for name in VARIANTS:
+        for key, value in train_on(Path(out_dir) / name, name).items():
             results[f"{name}/{key}"] = value
     for key, value in minibatch_locality(4).items():
         results[f"local/{key}"] = value
-    np.savez(out_path, **results)
+    np.savez(Path(out_dir) / "results.npz", **results)
 
 
 @pytest.fixture(scope="module")
-def four_device_results(tmp_path_factory) -> dict[str, np.ndarray]:
-    out = tmp_path_factory.mktemp("four_devices") / "results.npz"
+def four_devices(tmp_path_factory) -> Path:
+    """The worker's output directory: results.npz and {variant}/{variant}.hlo.txt."""
+    out = tmp_path_factory.mktemp("four_devices")
     result = subprocess.run(
         [sys.executable, __file__, str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         env={**os.environ, **FOUR_DEVICES},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return dict(np.load(out))
+    return out
 
 
-# --- the minibatch layout ------------------------------------------------------------
+# --- the minibatch layout, the shuffle group, fsdp ---------------------------------------
 
 
 def test_minibatches_are_a_permutation_within_each_group_of_envs():
@@ -170,11 +173,11 @@ def test_advantages_are_normalised_per_minibatch():
     np.testing.assert_allclose(normalised.std(axis=(1, 2)), 1.0, rtol=1e-4)
 
 
-def test_default_shuffle_group_is_the_smallest_that_divides():
-    assert ppo.validate_args(ppo.Args(), num_devices=1).shuffle_group_envs == 1  # 128 steps, 4 mb
-    args = ppo.validate_args(ppo.Args(num_steps=10, num_minibatches=4, num_envs=8), num_devices=4)
-    assert args.shuffle_group_envs == 2  # 4 must divide 10 * G
-    assert args.envs_per_device == 2
+def test_derived_sizes_are_not_flags_and_the_shuffle_group_is_the_smallest_that_divides():
+    sizes = ppo.build_ppo(ppo.Args()).sizes  # 128 steps, 4 minibatches: G = 1
+    assert sizes[:4] == (512, 128, 976, 1) and sizes.envs_per_device == 4 // sizes.data_axis
+    assert ppo.build_ppo(ppo.Args(num_steps=10, num_envs=8)).sizes.group_envs == 2  # 4 | 10 * G
+    assert not {f.name for f in dataclasses.fields(ppo.Args)} & set(ppo.Sizes._fields)
 
 
 def test_fsdp_spec_shards_the_largest_divisible_axis():
@@ -183,9 +186,48 @@ def test_fsdp_spec_shards_the_largest_divisible_axis():
     assert ppo.fsdp_spec((2,), 4) == ppo.P()
 
 
+def test_state_specs_split_the_env_fields_along_data():
+    agent = ppo.build_ppo(ppo.Args(**TINY, fsdp=True))
+    state = jax.eval_shape(lambda key: ppo.init_state(agent, key), jax.random.PRNGKey(0))
+    specs = ppo.state_specs(agent, state)
+    is_spec = lambda x: isinstance(x, ppo.P)  # noqa: E731
+    assert set(jax.tree.leaves(specs.env_state, is_leaf=is_spec)) == {ppo.P("data")}
+    assert specs.obs == specs.episode_return == ppo.P("data")
+    assert specs.key == ppo.P() and specs.obs_rms == ppo.RunningMeanStd(ppo.P(), ppo.P(), ppo.P())
+    assert specs.params.actor["params"]["Dense_1"]["kernel"] == ppo.P(
+        None, "data"
+    )  # [4, 64]: the first layer
+
+
+# --- the same PPO as ppo_jax_scan.py where the algorithm is the same -------------------
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_init_sampling_and_rollout_are_those_of_ppo_jax_scan(env_id):
+    """Both PPO files act alike: the same initial state, the same actions from the same noise
+    drawn ahead (they once had different sample() signatures), the same metrics and tags."""
+    args = dict(**TINY, env_id=env_id)
+    ours, theirs = ppo.build_ppo(ppo.Args(**args)), ppo_jax_scan.build_ppo(ppo_jax_scan.Args(**args))
+    key = jax.random.PRNGKey(5)
+    state = jax.jit(lambda k: ppo.init_state(ours, k))(key)
+    assert tree_equal(state, jax.jit(lambda k: ppo_jax_scan.init_state(theirs, k))(key))
+    after, trajectory = jax.jit(lambda s: ppo.rollout(ours, s))(state)
+    after_theirs, trajectory_theirs = jax.jit(lambda s: ppo_jax_scan.rollout(theirs, s))(state)
+    assert tree_equal(trajectory, trajectory_theirs) and tree_equal(after, after_theirs)
+    assert ppo.Metrics._fields == ppo_jax_scan.Metrics._fields
+    assert ppo.METRIC_TAGS == ppo_jax_scan.METRIC_TAGS
+
+
+def test_evaluate_saved_model_example_names_no_other_script():
+    assert "ppo_jax_scan" not in ppo.evaluate_saved_model.__doc__
+
+
+# --- shapes under jit and vmap; chunks equal the single program; --target-kl -----------
+
+
 def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
-    args = ppo.validate_args(ppo.Args(**TINY), num_devices=1)
-    check_vmapped_init(ppo.build_ppo(args, ppo.make_env(args.env_id), ppo.make_mesh(jax.devices()[:1])).init)
+    agent = ppo.build_ppo(ppo.Args(**TINY))
+    check_vmapped_init(lambda key: ppo.init_state(agent, key))
 
 
 def test_make_train_jit_vmap_continuous_actions():
@@ -194,26 +236,54 @@ def test_make_train_jit_vmap_continuous_actions():
     state, metrics = jax.jit(jax.vmap(ppo.make_train(args)))(jax.random.split(jax.random.PRNGKey(0), 2))
     assert metrics.value_loss.shape == (2, 2) and np.isfinite(np.asarray(metrics.value_loss)).all()
     assert state.obs.shape == (2, 2, 3) and state.params.actor["params"]["log_std"].shape == (2, 1)
-    assert int(state.update[0]) == 2
+    assert not np.allclose(metrics.value_loss[0], metrics.value_loss[1])  # independent seeds
 
 
-# --- several devices: same numbers, local minibatches, one all-reduce -----------------
+def test_chunked_run_equals_single_program():
+    """The CLI's compiled chunks (the last one partly masked) train as make_train does."""
+    args = ppo.Args(**{**TINY, "total_timesteps": 5 * 8 * 16})  # 5 iterations: chunks of 2, 2, 1
+    algo = ppo.make_algorithm(args)
+    units_per_chunk, num_chunks = ppo.plan_chunks(algo.num_units, 3)
+    key = jax.random.PRNGKey(7)
+    final, _ = jax.jit(ppo.make_train(args))(key)
+    state = algo.init(key)
+    chunk = jax.jit(lambda s, first: ppo.run_chunk(algo, units_per_chunk, s, first))
+    for c in range(num_chunks):
+        state, chunk_metrics = chunk(state, jnp.asarray(c * units_per_chunk))
+    assert bool(jnp.isnan(chunk_metrics.value_loss[-1])) and not bool(jnp.isnan(chunk_metrics.value_loss[0]))
+    for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(state.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_four_devices_give_the_same_training_as_one(four_device_results):
-    r = four_device_results
+def test_target_kl_logs_the_last_epoch_that_ran():
+    """--target-kl 0 stops every iteration after its first epoch, so it trains exactly as one
+    epoch does, and logs that epoch's losses (it used to log the skipped epoch's NaN)."""
+    key = jax.random.PRNGKey(0)
+    _, stopped = jax.jit(ppo.make_train(ppo.Args(**{**TINY, "update_epochs": 3}, target_kl=0.0)))(key)
+    _, one_epoch = jax.jit(ppo.make_train(ppo.Args(**{**TINY, "update_epochs": 1})))(key)
+    for name in ppo.Metrics._fields:
+        np.testing.assert_allclose(getattr(stopped, name), getattr(one_epoch, name), rtol=1e-6, err_msg=name)
+    assert np.isfinite(np.asarray(stopped.value_loss)).all()
+
+
+# --- four devices: the same numbers, local minibatches, one all-reduce -----------------
+
+
+def test_a_seed_trains_the_same_on_one_device_four_devices_and_a_2x2_mesh(four_devices):
+    r = dict(np.load(four_devices / "results.npz"))
     names = [k.split("/", 1)[1] for k in r if k.startswith("d1/")]
-    assert any(n.startswith("param_") for n in names) and "value_loss" in names
-    for variant in ("d4", "d4_fsdp"):
-        for name in names:
-            np.testing.assert_allclose(
-                r[f"{variant}/{name}"], r[f"d1/{name}"], rtol=1e-5, atol=1e-6, err_msg=f"{variant} {name}"
-            )
-    assert np.isfinite(r["d1/value_loss"]).all() and r["d1/value_loss"].shape == (1, 3)
+    assert any(n.startswith("param_") for n in names) and r["d1/value_loss"].shape == (2, 3)
+    assert np.isfinite(r["d1/value_loss"]).all()
+    for name in names:
+        close = dict(rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(r[f"d4/{name}"], r[f"d1/{name}"], **close)
+        np.testing.assert_allclose(r[f"mesh2x2/{name}"], r[f"d1/{name}"], **close)
+        np.testing.assert_allclose(r[f"d4_fsdp/{name}"], r[f"d1/{name}"][:1], **close)  # seed 1
+    assert not np.allclose(r["d1/value_loss"][0], r["d1/value_loss"][1])  # two different seeds
 
 
-def test_minibatches_stay_on_their_device(four_device_results):
-    r = four_device_results
+def test_minibatches_stay_on_their_device(four_devices):
+    r = dict(np.load(four_devices / "results.npz"))
     assert str(r["local/spec"]) == str(ppo.P(None, "data"))
     held = r["local/held"]  # [D, samples]: env indices on each device; 2 envs per device
     for device in range(4):
@@ -221,43 +291,22 @@ def test_minibatches_stay_on_their_device(four_device_results):
     assert json.loads(str(r["local/collectives"])) == {}, "dealing the minibatches moved data"
 
 
-def test_compiled_update_has_one_all_reduce_per_minibatch_step(four_device_results, tmp_path_factory):
-    hlo_dir = next(Path(tmp_path_factory.getbasetemp()).glob("four_devices*"))
-    found = collectives_per_computation((hlo_dir / "d4.hlo.txt").read_text())
-    gradient_steps = {name: ops for name, ops in found.items() if any("[gradient]" in op for op in ops)}
-    assert len(gradient_steps) == 1, found  # the minibatch step's body
-    (ops,) = gradient_steps.values()
-    assert ops == ["all-reduce [gradient]"], ops  # all gradient leaves (and metrics) in one
-    all_ops = [op.split()[0] for ops in found.values() for op in ops]
-    assert set(all_ops) == {"all-reduce"}, all_ops  # replicated: no all-gather anywhere
-    found_1 = collectives_per_computation((hlo_dir / "d1.hlo.txt").read_text())
-    assert found_1 == {}, "one device must compile without collectives"
-    found_fsdp = collectives_per_computation((hlo_dir / "d4_fsdp.hlo.txt").read_text())
+def test_compiled_chunk_has_one_all_reduce_per_minibatch_step(four_devices):
+    for name in ("d4", "mesh2x2"):
+        found = collectives_per_computation((four_devices / name / f"{name}.hlo.txt").read_text())
+        gradient_steps = {c: ops for c, ops in found.items() if any("[gradient]" in op for op in ops)}
+        assert len(gradient_steps) == 1, found  # the minibatch step's body
+        (ops,) = gradient_steps.values()
+        assert ops == ["all-reduce [gradient]"], ops  # all gradient leaves (and metrics) in one
+        all_ops = [op.split()[0] for ops in found.values() for op in ops]
+        assert set(all_ops) == {"all-reduce"}, all_ops  # replicated: no all-gather anywhere
+    found_1 = collectives_per_computation((four_devices / "d1" / "d1.hlo.txt").read_text())
+    assert found_1 == {}, "seeds on their own devices must compile without collectives"
+    found_fsdp = collectives_per_computation((four_devices / "d4_fsdp" / "d4_fsdp.hlo.txt").read_text())
     assert any("all-gather" in ops for ops in found_fsdp.values())  # fsdp gathers parameters
 
 
-# --- the CLI -------------------------------------------------------------------------
-
-
-def check_orbax_run_dir(run_dir: Path, tags: list[str], total_steps: int) -> dict:
-    """What check_run_dir checks, with an Orbax checkpoint directory instead of msgpack."""
-    from PIL import Image
-
-    points = read_jsonl(run_dir / "metrics.jsonl")
-    steps = [p["global_step"] for p in points]
-    assert steps == sorted(steps) and steps[0] > 0 and steps[-1] <= total_steps
-    events = read_events(run_dir)
-    for tag in tags:
-        assert tag in events and tag in {k for p in points for k in p}, tag
-    with Image.open(run_dir / "episodic_return.png") as image:
-        assert image.format == "PNG"
-    steps_saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
-    assert len(steps_saved) == 1 and (run_dir / "checkpoints" / steps_saved[0] / "default").is_dir()
-    assert not [p for p in (run_dir / "checkpoints").iterdir() if "tmp" in p.name]
-    evaluation = json.loads((run_dir / "eval.json").read_text())
-    assert len(evaluation["returns"]) == evaluation["episodes"]
-    return evaluation
-
+# --- two processes ----------------------------------------------------------------------
 
 CLI_TINY = [
     "--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64",
@@ -265,118 +314,51 @@ CLI_TINY = [
 ]  # fmt: skip
 
 
-def test_cli_tiny_run_and_resume_after_sigint_equals_uninterrupted(tmp_path):
-    straight = run_script("ppo_multigpu", *CLI_TINY, "--output-dir", str(tmp_path / "a"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path / "a")
-    tags = ["charts/episodic_return", "charts/SPS", "losses/value_loss", "losses/approx_kl"]
-    check_orbax_run_dir(run_dir, tags, total_steps=1024)
-    points = read_jsonl(run_dir / "metrics.jsonl")
-    assert sum("losses/value_loss" in p for p in points) == 4  # 4 updates, each a gradient step
-
-    # SIGINT once compiled: the chunk in flight finishes, a checkpoint is written, exit 130
-    interrupt_after_compiling(start_script("ppo_multigpu", *CLI_TINY, "--output-dir", str(tmp_path / "b")))
-    interrupted = only_run_dir(tmp_path / "b")
-    assert not (interrupted / "eval.json").exists()
-
-    resumed = run_script("ppo_multigpu", "--resume", str(interrupted), "--save-model")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    model_a = flax.serialization.msgpack_restore((run_dir / "ppo_multigpu.flax").read_bytes())
-    model_b = flax.serialization.msgpack_restore((interrupted / "ppo_multigpu.flax").read_bytes())
-    assert tree_equal(model_a, model_b), "the resumed run differs from the uninterrupted one"
-    steps = [p["global_step"] for p in read_jsonl(interrupted / "metrics.jsonl") if "losses/value_loss" in p]
-    assert steps == [256, 512, 768, 1024]
-
-
-def test_two_processes_match_one_process_with_four_devices(tmp_path):
-    """Two processes x 2 CPU devices, joined with jax.distributed (gloo), against 1 x 4."""
-    flags = [*CLI_TINY, "--num-chunks", "1"]
-    single = run_script("ppo_multigpu", *flags, "--output-dir", str(tmp_path / "one"), env=FOUR_DEVICES)
-    assert single.returncode == 0, single.stderr[-3000:]
-
+def start_two_processes(*flags: str) -> list[subprocess.Popen]:
+    """`python vibe_rl/ppo_multigpu.py FLAGS --distributed ...` as processes 0 and 1 of one run,
+    2 CPU devices each, joined through a coordinator on 127.0.0.1 (CPU collectives: gloo)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    two_devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "WANDB_MODE": "offline"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "vibe_rl" / "ppo_multigpu.py"),
-                *flags,
-                "--output-dir",
-                str(tmp_path / "two"),
-                "--distributed",
-                "--coordinator-address",
-                f"127.0.0.1:{port}",
-                "--num-processes",
-                "2",
-                "--process-id",
-                str(i),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **two_devices},
-        )  # fmt: skip
-        for i in range(2)
-    ]
-    outputs = [p.communicate(timeout=400) for p in procs]
-    for p, (_out, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err[-3000:]
-    assert "2 process(es)" in outputs[0][0] and "4 device(s)" in outputs[0][0]
-    ours = [line for line in outputs[1][0].splitlines() if not line.startswith("[Gloo]")]
-    assert ours == [], "process 1 must not log"
+    processes = []
+    for i in range(2):
+        distributed = ["--distributed", "--coordinator-address", f"127.0.0.1:{port}"]
+        command = script_command(
+            "ppo_multigpu", *flags, *distributed, "--num-processes", "2", "--process-id", str(i)
+        )
+        command["env"]["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        processes.append(subprocess.Popen(**command, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    return processes
 
-    one, two = only_run_dir(tmp_path / "one"), only_run_dir(tmp_path / "two")
+
+def test_two_processes_stopped_and_resumed_match_one_process_with_four_devices(tmp_path):
+    """Two processes x 2 CPU devices, stopped by a SIGINT to process 0 after the first chunk and
+    resumed, against one process with 4 devices run straight through."""
+    single = run_script("ppo_multigpu", *CLI_TINY, "--output-dir", str(tmp_path / "one"), env=FOUR_DEVICES)
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    first, second = start_two_processes(*CLI_TINY, "--output-dir", str(tmp_path / "two"))
+    interrupt_after_compiling(first)  # process 0 finishes the chunk, stops, and says how to resume
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 128 + 15, err[-3000:]  # process 1 stops with it (signal: SIGTERM)
+    assert not [line for line in out.splitlines() if "SPS" in line], "process 1 must not report progress"
+    two = only_run_dir(tmp_path / "two")
+    assert not (two / "eval.json").exists()
+
+    for process in start_two_processes("--resume", str(two)):
+        out, err = process.communicate(timeout=400)
+        assert process.returncode == 0, err[-3000:]
+    one = only_run_dir(tmp_path / "one")
     model_one = flax.serialization.msgpack_restore((one / "ppo_multigpu.flax").read_bytes())
     model_two = flax.serialization.msgpack_restore((two / "ppo_multigpu.flax").read_bytes())
     for a, b in zip(jax.tree.leaves(model_one), jax.tree.leaves(model_two), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    losses_one = [
-        p["losses/value_loss"] for p in read_jsonl(one / "metrics.jsonl") if "losses/value_loss" in p
+    losses = [
+        [p["losses/value_loss"] for p in read_jsonl(d / "metrics.jsonl") if "losses/value_loss" in p]
+        for d in (one, two)
     ]
-    losses_two = [
-        p["losses/value_loss"] for p in read_jsonl(two / "metrics.jsonl") if "losses/value_loss" in p
-    ]
-    np.testing.assert_allclose(losses_two, losses_one, rtol=1e-5)
-    assert has_orbax_checkpoint(two)
-
-
-def has_orbax_checkpoint(run_dir: Path) -> bool:
-    return any(p.name.isdigit() for p in (run_dir / "checkpoints").iterdir())
-
-
-# --- bad input -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--num-minibatches", "3"], "--num-minibatches 3 must divide"),
-        (["--shuffle-group-envs", "3"], "minibatches must divide per device"),
-        (["--distributed"], "--distributed needs --coordinator-address"),
-        (["--distributed", "--num-processes", "2"], "also needs --coordinator-address, --process-id"),
-        (["--process-id", "1"], "only make sense with --distributed"),
-        (
-            ["--distributed", "--coordinator-address", "h:1", "--num-processes", "2", "--process-id", "2"],
-            "--process-id 2 must lie in [0, --num-processes 2)",
-        ),
-    ],
-)
-def test_bad_input_exits_2_with_one_line(flags, message, capsys, monkeypatch):
-    for var in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "PMI_RANK"):
-        monkeypatch.delenv(var, raising=False)
-    check_bad_input(ppo, flags, message, monkeypatch, capsys)
-
-
-def test_num_envs_not_divisible_by_the_devices_names_the_device_count():
-    with pytest.raises(ppo.ArgsError, match="divisible by the device count, 3"):
-        ppo.validate_args(ppo.Args(num_envs=4), num_devices=3)
-    result = run_script("ppo_multigpu", "--num-envs", "6", timeout=120, env=FOUR_DEVICES)
-    assert result.returncode == 2
-    assert "--num-envs 6 must be divisible by the device count, 4" in result.stderr
+    assert len(losses[0]) == 4
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
 
 
 # --- learning --------------------------------------------------------------------------

@@ -559,10 +559,12 @@ class Algorithm(NamedTuple):
 
 
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+# Flags of the machine a run happens to run on: never read back from a run's args.json.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", "coordinator_address",
+    "num_processes", "process_id"}  # fmt: skip
 # Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
-RESUME_MAY_CHANGE = {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity", "capture_video",
-    "save_model", "eval_episodes", "cpu_devices", "jax_cache_dir", "data_devices", "fsdp", "distributed",
-    "coordinator_address", "num_processes", "process_id"}  # fmt: skip
+RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
+    "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
 
 
 class ArgsError(ValueError):
@@ -616,7 +618,7 @@ def plan_chunks(num_units: int, num_chunks: int) -> tuple[int, int]:
 
 def args_from_json(path: Path) -> Args:
     saved = json.loads(path.read_text())
-    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved})
+    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
 
 
 def resume_args(given: Args) -> Args:
@@ -630,11 +632,10 @@ def resume_args(given: Args) -> Args:
         value, before = getattr(given, name), getattr(args, name)
         if name in RESUME_MAY_CHANGE and value != getattr(defaults, name):
             setattr(args, name, value)
-        flag = f"--{name.replace('_', '-')} {value}"
-        require(
-            value in (getattr(defaults, name), before) or name in RESUME_MAY_CHANGE,
-            f"--resume {given.resume}: {flag} conflicts with the run's {before}",
+        conflict = (
+            f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
         )
+        require(value in (getattr(defaults, name), before) or name in RESUME_MAY_CHANGE, conflict)
     return args
 
 
@@ -646,10 +647,8 @@ def open_run(args: Args) -> Run:
     if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar is drawn here
         renderable = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar")
         require(renderable, f"--capture-video renders classic-control and MinAtar envs, not {args.env_id}")
-        require(
-            args.env_id not in CLASSIC_CONTROL or importlib.util.find_spec("pygame") is not None,
-            "--capture-video needs pygame for classic-control envs: pip install pygame",
-        )
+        needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
+        require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
     algo = make_algorithm(args)
     mesh = algo.mesh
     if mesh is None:  # the fewest devices that spread the seeds most evenly
@@ -674,9 +673,8 @@ def open_run(args: Args) -> Run:
         if jax.process_index() == 0:  # in a multi-process run, process 0 writes
             (Path(args.output_dir) / name).mkdir(parents=True)
             record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
-            (Path(args.output_dir) / name / "args.json").write_text(
-                json.dumps(record | {"sizes": algo.sizes._asdict()}, indent=2)
-            )
+            record["sizes"] = algo.sizes._asdict()
+            (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
     return run._replace(dirs=[Path(args.output_dir) / name for name in names])
 
 
@@ -712,24 +710,21 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
     if run.args.resume is None:
         return 0, None
     template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-    names = sorted(
-        {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}, reverse=True
-    )
+    names = {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}
     errors = []
-    for name in names:
+    for name in sorted(names, reverse=True):
         try:
             loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
             return loaded[0][0], [state for _, state in loaded]
         except ValueError as error:
             errors.append(str(error))
-    raise ArgsError(
-        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'there is none'}"
-    )
+    reasons = "; ".join(errors) or "there is none"
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
 
 
 def pad_seeds(tree: Any, slots: int) -> Any:
-    """[S, ...] -> [slots, ...]: the extra slots repeat the first seeds; their results are discarded."""
-    return jax.tree.map(lambda x: np.concatenate([x, x[: slots - len(x)]]), tree)
+    """[S, ...] -> [slots, ...]: the extra slots repeat the seeds; their results are discarded."""
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
 
 
 def to_host(tree: Any) -> Any:
@@ -748,9 +743,8 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
     template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
     specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
-    shardings = jax.tree.map(
-        lambda s: NamedSharding(run.mesh, P("seeds", *s)), specs, is_leaf=lambda s: isinstance(s, P)
-    )
+    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
+    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
         keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
         return jax.jit(jax.vmap(run.algo.init, spmd_axis_name="seeds"), out_shardings=shardings)(keys)
@@ -779,18 +773,16 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
     """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
     The state is not donated: on XLA CPU that made the chunks slower (docs/benchmarks.md)."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
-    chunk = jax.vmap(
-        functools.partial(run_chunk, run.algo, run.units_per_chunk), (0, None), spmd_axis_name="seeds"
-    )
+    per_seed = functools.partial(run_chunk, run.algo, run.units_per_chunk)
+    chunk = jax.vmap(per_seed, (0, None), spmd_axis_name="seeds")
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
     start = time.perf_counter()
     compiled = jax.jit(chunk, in_shardings=(shardings, replicated), out_shardings=(shardings, by_seed))
     compiled = compiled.lower(state, np.int32(0)).compile()
-    print(
-        f"compiled one chunk ({run.units_per_chunk * run.algo.steps_per_unit:,} env steps per seed, "
-        f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)) in {time.perf_counter() - start:.1f}s",
-        flush=True,
-    )
+    seconds, steps = time.perf_counter() - start, run.units_per_chunk * run.algo.steps_per_unit
+    where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+    if jax.process_index() == 0:
+        print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
     return compiled
 
 
@@ -828,31 +820,23 @@ def train_chunks(run: Run, chunk: Callable, state: Any, units_done: int, stop: l
         sps = num_valid * steps_per_unit / (time.perf_counter() - chunk_start)  # per seed
         host_state, step = to_host(state), (first + num_valid) * steps_per_unit
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
-            print(
-                f"error: non-finite loss or parameters between steps {first * steps_per_unit:,} and "
-                f"{step:,}; stopping. The last good checkpoint is kept in {run.dirs[0] / 'checkpoints'}",
-                file=sys.stderr,
-            )
-            sys.exit(1)
+            where = f"between steps {first * steps_per_unit:,} and {step:,}"
+            kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
         for i, logger in enumerate(loggers):
             for u in range(num_valid):
                 values = {tag: float(getattr(metrics, name)[i, u]) for name, tag in algo.metric_tags.items()}
-                logger.log(
-                    (first + u + 1) * steps_per_unit,
-                    values | ({"charts/SPS": sps} if u == num_valid - 1 else {}),
-                )
+                rate = {"charts/SPS": sps} if u == num_valid - 1 else {}  # once per chunk
+                logger.log((first + u + 1) * steps_per_unit, values | rate)
             logger.flush()
             save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
         elapsed, total = time.perf_counter() - start, algo.num_units * steps_per_unit
         recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, U/4]: the chunk's last quarter
         latest = np.nanmean(recent) if np.isfinite(recent).any() else float("nan")
         if main_process:
-            bar = "#" * int(20 * step / total)
-            print(
-                f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - steps_at_start) / elapsed:,.0f} SPS | "
-                f"return {latest:8.2f} | {elapsed:6.1f}s",
-                flush=True,
-            )
+            bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
+            print(f"{line} | {elapsed:6.1f}s", flush=True)
         stopping = bool(stop)
         if jax.process_count() > 1:  # a signal to any process stops all of them together
             stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
@@ -1010,7 +994,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger]) -> None:
 def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
     """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically.
 
-    >>> evaluate_saved_model("runs/CartPole-v1__ppo_jax_scan__1__1700000000")["mean"]
+    >>> evaluate_saved_model("runs/CartPole-v1__my_experiment__1__1700000000")["mean"]
     """
     args = args_from_json(Path(run_dir) / "args.json")
     algo = make_algorithm(args)
