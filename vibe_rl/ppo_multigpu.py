@@ -136,7 +136,8 @@ class Args:
 
     # The mesh, and several processes
     data_devices: int = 0
-    """devices that share one seed's envs (the mesh's "data" axis); seeds split over the rest; 0: all"""
+    """devices that share one seed's envs (the mesh's "data" axis), the rest split the seeds; 0: as many as
+    divide both the device count and --num-envs (all of them when they divide --num-envs)"""
     shuffle_group_envs: int = 0
     """envs shuffled together into minibatches (divides the envs per device); 0: the smallest that fits"""
     fsdp: bool = False
@@ -718,13 +719,9 @@ def build_ppo(args: Args) -> PPO:
     # The mesh: D devices share a seed's envs ("data"); the seeds are split over the rest.
     count = jax.device_count()  # every process's devices
     require(args.data_devices >= 0, f"--data-devices must be >= 0, got {args.data_devices}")
-    D = args.data_devices or count
+    D = args.data_devices or math.gcd(count, args.num_envs)  # 0: as many devices as divide both
     require(count % D == 0, f"--data-devices {D} must divide the device count, {count}")
-    require(
-        args.num_envs % D == 0,
-        f"--num-envs {args.num_envs} must be divisible by {D}, the devices that share a seed's envs "
-        f"(--data-devices; 0 means all {count} devices; on a CPU, --cpu-devices sets that count)",
-    )
+    require(args.num_envs % D == 0, f"--num-envs {args.num_envs} must be divisible by --data-devices {D}")
     require(args.shuffle_group_envs >= 0, f"--shuffle-group-envs must be >= 0, got {args.shuffle_group_envs}")
     T, M, L = args.num_steps, args.num_minibatches, args.num_envs // D
     G = args.shuffle_group_envs or M // math.gcd(M, T)  # the smallest G with M | T*G; not D's
