@@ -1,6 +1,6 @@
 """Speed of vibe_rl/sac_jax.py: environment steps/s and gradient updates/s.
 
-One compiled chunk of the script's own run_chunk is timed twice from the same state:
+One compiled block of iterations (the script's run_unit) is timed twice from the same state:
 once while the iterations only act (random actions before learning_starts: env steps
 and replay-buffer writes) and once while they learn (the same plus one critic step, the
 delayed actor/alpha steps and the Polyak update). Compile time is excluded (best of
@@ -16,16 +16,12 @@ import argparse
 import json
 import os
 import platform
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
 from benchmark.ceiling import best_time, ceiling_sps
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _helpers import load_script  # noqa: E402  (the scripts are standalone files)
+from vibe_rl import sac_jax as sac
 
 
 def measure(
@@ -37,26 +33,23 @@ def measure(
     num_seeds: int,
     repeats: int,
 ) -> dict[str, float]:
-    sac = load_script("sac_jax")
-    args = sac.validate_args(
-        sac.Args(
-            env_id=env_id,
-            num_envs=num_envs,
-            total_timesteps=2 * iterations * num_envs,
-            learning_starts=iterations * num_envs,  # chunk 0 only acts, chunk 1 learns
-            num_chunks=2,
-            hidden_size=hidden_size,
-            batch_size=batch_size,
-            buffer_size=max(2 * iterations * num_envs, 1),
-        )
+    args = sac.Args(
+        env_id=env_id,
+        num_envs=num_envs,
+        total_timesteps=2 * iterations * num_envs,
+        learning_starts=iterations * num_envs,  # block 0 only acts, block 1 learns
+        log_frequency=iterations * num_envs,  # one block (the harness's unit) is the timed program
+        hidden_size=hidden_size,
+        batch_size=batch_size,
+        buffer_size=max(2 * iterations * num_envs, 1),
     )
-    program = sac.build_sac(args, sac.make_env(env_id))
+    algo = sac.make_algorithm(args)
     keys = jax.random.split(jax.random.PRNGKey(0), num_seeds)
-    state = jax.jit(jax.vmap(program.init))(keys)
-    run_chunk = jax.jit(jax.vmap(program.run_chunk, in_axes=(0, None)))
-    state, _ = run_chunk(state, jnp.asarray(0))  # a filled buffer for the learning chunk
-    act_s = best_time(lambda: run_chunk(state, jnp.asarray(0)), repeats)
-    learn_s = best_time(lambda: run_chunk(state, jnp.asarray(iterations)), repeats)
+    state = jax.jit(jax.vmap(algo.init))(keys)
+    run_block = jax.jit(jax.vmap(algo.run_unit, in_axes=(0, None)))
+    state, _ = run_block(state, jnp.int32(0))  # a filled buffer for the learning block
+    act_s = best_time(lambda: run_block(state, jnp.int32(0)), repeats)
+    learn_s = best_time(lambda: run_block(state, jnp.int32(1)), repeats)
     return {
         "acting_env_steps_per_s": num_seeds * iterations * num_envs / act_s,
         "training_env_steps_per_s": num_seeds * iterations * num_envs / learn_s,

@@ -108,6 +108,35 @@ SCRIPTS = {
             total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
         ),
     ),
+    "sac_jax": Contract(
+        env_id="Pendulum-v1",
+        # learning starts late (10 gradient steps): seeds sharded over 1 and 2 devices start off
+        # within float rounding, and SAC's gradient steps amplify it (1e-2 after 2800 of them)
+        run=flags(
+            total_timesteps=3000,
+            learning_starts=2990,
+            batch_size=32,
+            hidden_size=32,
+            num_chunks=30,
+            eval_episodes=4,
+        ),
+        non_finite=flags(q_lr=1e38, learning_starts=200),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (flags(env_id="CartPole-v1"), "--env-id CartPole-v1: SAC needs continuous (Box) actions"),
+            (flags(policy_frequency=0), "--policy-frequency must be a positive integer, got 0"),
+            (flags(learning_starts=50000), "--learning-starts 50000 leaves no gradient step"),
+            (
+                flags(total_timesteps=1000, num_envs=4, learning_starts=997),
+                "--learning-starts 997 leaves no gradient",
+            ),
+            (flags(buffer_size=2, num_envs=4), "--buffer-size must be at least --num-envs"),
+            (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
+            (flags(q_lr=0), "--policy-lr and --q-lr must be positive"),
+            (flags(alpha=-0.1) + ["--no-autotune"], "--alpha and --learning-starts must be >= 0"),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, learning_starts=0),
+    ),
     "ppo_multigpu": Contract(
         env_id="CartPole-v1",
         run=flags(num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4),
