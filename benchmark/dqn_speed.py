@@ -4,135 +4,130 @@ updates.
 
     python -m benchmark.dqn_speed                 # default config, 1 env
     python -m benchmark.dqn_speed --num-envs 8 --train-frequency 80 --target-network-frequency 480
+    python -m benchmark.dqn_speed --chunk-overhead                      # also the chunking cost
+    python -m benchmark.dqn_speed --iterations 2000 --repeats 1 --chunk-overhead \\
+        --chunk-timesteps 20000 --chunk-repeats 1                       # a smoke test, seconds
 
-Every figure is the best of a few timed repeats of one compiled lax.scan, all taken side
-by side in this one process, so their ratios hold even on a busy machine where the
-absolute numbers do not. The pieces, each a scan over the same number of scan steps:
+Every figure is the best of --repeats timed calls (after one compiling call) of one compiled
+lax.scan, all taken side by side in this one process, so their ratios hold even on a busy
+machine where the absolute numbers do not. The pieces, each a scan over --iterations steps:
 
-  full      dqn.build_dqn(...).step at steady state (past learning_starts): what training runs
+  full      dqn_jax.step at steady state (past learning_starts, buffer full): what training runs
   act_env   Q-network forward, epsilon-greedy, env.step (no buffer, no learning)
   insert    act_env + buffer_add (the difference is the insert)
   sample    buffer_sample alone, once per gradient step
-  update    buffer_sample + loss + gradient + Adam, once per gradient step (minus sample = update)
+  update    dqn_jax.gradient_step (sample + loss + gradient + Adam), once per gradient step
+            (minus sample = the update)
+
+With --chunk-overhead, the whole default-config training three ways (best of --chunk-repeats):
+
+  single    jit(vmap(make_train(args))): the whole training as one program
+  one_chunk the harness's run_chunk with all units in one call (its per-unit lax.cond, no host trips)
+  chunked   what the CLI runs: run_chunk once per chunk of plan_chunks(num_units, --num-chunks), each
+            followed by the host copy, the non-finite check and save_checkpoint (no logging)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
+import functools
 import json
-import sys
+import tempfile
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from benchmark.ceiling import best_time, ceiling_sps
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_dqn():
-    spec = importlib.util.spec_from_file_location("dqn_jax", ROOT / "vibe_rl" / "dqn_jax.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["dqn_jax"] = module
-    spec.loader.exec_module(module)
-    return module
+from vibe_rl import dqn_jax
 
 
-def measure(num_envs: int, train_frequency: int, target_network_frequency: int, iterations: int) -> dict:
-    dqn = load_dqn()
-    args = dqn.validate_args(
-        dqn.Args(
-            num_envs=num_envs,
-            train_frequency=train_frequency,
-            target_network_frequency=target_network_frequency,
-        )
+def measure(
+    num_envs: int, train_frequency: int, target_network_frequency: int, iterations: int, repeats: int
+) -> dict:
+    args = dqn_jax.Args(
+        num_envs=num_envs, train_frequency=train_frequency, target_network_frequency=target_network_frequency
     )
-    spec = dqn.make_env(args.env_id)
-    env, env_params = spec.env, spec.env_params
-    network = dqn.make_q_network(args, spec)
-    program = dqn.build_dqn(args, spec)
+    program = dqn_jax.build_dqn(args)  # validates the flags
+    env, env_params, obs_dtype = program.spec.env, program.spec.env_params, program.spec.obs_dtype
+    step = functools.partial(dqn_jax.step, program)
 
     # A steady state: the buffer full, learning on (global step past learning_starts).
-    warm_iterations = args.learning_starts // num_envs + 1
-    state = jax.jit(program.init)(jax.random.PRNGKey(0))
-    state, _ = jax.jit(lambda s: jax.lax.scan(program.step, s, jnp.arange(warm_iterations)))(state)
+    warm_iterations = max(args.learning_starts, args.buffer_size) // num_envs + 1
+    state = jax.jit(functools.partial(dqn_jax.init_state, program))(jax.random.PRNGKey(0))
+    state, _ = jax.jit(lambda s: jax.lax.scan(step, s, jnp.arange(warm_iterations)))(state)
     state = jax.block_until_ready(state)
     start = warm_iterations
 
     @jax.jit
     def full(s):
-        return jax.lax.scan(program.step, s, start + jnp.arange(iterations))[0].params
+        return jax.lax.scan(step, s, start + jnp.arange(iterations))[0].params
 
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def act_env_step(carry, with_insert: bool):
-        s = carry
+    def act_env_step(s: dqn_jax.RunnerState, index: jax.Array, with_insert: bool) -> dqn_jax.RunnerState:
+        """dqn_jax.step's acting half, as it is written there, without the learning half."""
         key, action_key, env_key = jax.random.split(s.key, 3)
-        q = network.apply(s.params, s.obs)
-        action = dqn.epsilon_greedy(action_key, q, jnp.asarray(0.05))
+        exploration_steps = args.exploration_fraction * args.total_timesteps
+        epsilon = dqn_jax.linear_schedule(args.start_e, args.end_e, exploration_steps, index * num_envs)
+        action = dqn_jax.epsilon_greedy(action_key, program.network.apply(s.params, s.obs), epsilon)
         obs, env_state, reward, terminated, _, info = step_envs(
             jax.random.split(env_key, num_envs), s.env_state, action, env_params
         )
         buffer = s.buffer
         if with_insert:
-            transition = dqn.Transition(s.obs, action, reward, terminated, info["final_observation"])
-            buffer = dqn.buffer_add(buffer, transition)
-        return s._replace(env_state=env_state, obs=obs, buffer=buffer, key=key), None
+            final_obs = info["final_observation"].astype(obs_dtype)
+            buffer = dqn_jax.buffer_add(
+                buffer, dqn_jax.Transition(s.obs, action, reward, terminated, final_obs)
+            )
+        return s._replace(env_state=env_state, obs=obs.astype(obs_dtype), buffer=buffer, key=key)
+
+    def act_env_scan(s: dqn_jax.RunnerState, with_insert: bool) -> dqn_jax.RunnerState:
+        body = lambda c, index: (act_env_step(c, index, with_insert), None)
+        return jax.lax.scan(body, s, start + jnp.arange(iterations))[0]
 
     @jax.jit
     def act_env(s):
-        return jax.lax.scan(lambda c, _: act_env_step(c, False), s, None, iterations)[0].obs
+        return act_env_scan(s, False).obs
 
     @jax.jit
     def insert(s):
-        buffer = jax.lax.scan(lambda c, _: act_env_step(c, True), s, None, iterations)[0].buffer
-        return buffer.obs.sum() + buffer.reward.sum()  # depends on every insert: nothing is elided
+        data = act_env_scan(s, True).buffer.data
+        return data.obs.sum() + data.reward.sum()  # depends on every insert: nothing is elided
 
     num_updates = iterations * num_envs // train_frequency
 
     @jax.jit
     def sample(s):
         def body(total, key):
-            batch = dqn.buffer_sample(s.buffer, key, args.batch_size)
+            batch = dqn_jax.buffer_sample(s.buffer, key, args.batch_size)
             return total + batch.obs.sum() + batch.reward.sum(), None
 
         keys = jax.random.split(s.key, num_updates)
         return jax.lax.scan(body, jnp.asarray(0.0), keys)[0]
 
-    tx = dqn.optax.adam(args.learning_rate)
-
     @jax.jit
     def update(s):
-        def loss_fn(params, batch):
-            next_q = network.apply(s.target_params, batch.next_obs)
-            target = dqn.td_target(batch.reward, batch.terminated, next_q, next_q, args.gamma, False)
-            q = network.apply(params, batch.obs)
-            q_pred = jnp.take_along_axis(q, batch.action[:, None], axis=-1)[:, 0]
-            return dqn.td_loss(q_pred, jax.lax.stop_gradient(target), args.loss)
-
-        def body(carry, key):
+        def body(carry, key):  # the buffer and target stay closed over: only what changes is carried
             params, opt_state = carry
-            batch = dqn.buffer_sample(s.buffer, key, args.batch_size)
-            grads = jax.grad(loss_fn)(params, batch)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (dqn.optax.apply_updates(params, updates), opt_state), None
+            learned, _, _ = dqn_jax.gradient_step(
+                program, s._replace(params=params, opt_state=opt_state), key
+            )
+            return (learned.params, learned.opt_state), None
 
         keys = jax.random.split(s.key, num_updates)
         return jax.lax.scan(body, (s.params, s.opt_state), keys)[0][0]
 
-    times = {
-        name: best_time(lambda f=f: f(state))
-        for name, f in [
-            ("full", full),
-            ("act_env", act_env),
-            ("insert", insert),
-            ("sample", sample),
-            ("update", update),
-        ]
-    }
+    pieces = [
+        ("full", full),
+        ("act_env", act_env),
+        ("insert", insert),
+        ("sample", sample),
+        ("update", update),
+    ]
+    times = {name: best_time(lambda f=f: f(state), repeats) for name, f in pieces}
     steps = iterations * num_envs
     parts = {
         "act_env": times["act_env"],
@@ -141,54 +136,62 @@ def measure(num_envs: int, train_frequency: int, target_network_frequency: int, 
         "gradient_update": max(times["update"] - times["sample"], 0.0),
     }
     parts["other (cond, target update, bookkeeping)"] = max(times["full"] - sum(parts.values()), 0.0)
+    shown = ("env_id", "num_envs", "batch_size", "buffer_size", "train_frequency", "target_network_frequency")
     return {
-        "config": {
-            k: v
-            for k, v in dataclasses.asdict(args).items()
-            if k
-            in (
-                "env_id",
-                "num_envs",
-                "batch_size",
-                "buffer_size",
-                "train_frequency",
-                "target_network_frequency",
-            )
-        },
+        "config": {k: v for k, v in dataclasses.asdict(args).items() if k in shown},
+        "repeats": repeats,
         "env_steps_timed": steps,
         "gradient_steps_timed": num_updates,
         "sps_full": steps / times["full"],
-        "ceiling_sps_random_actions": ceiling_sps(args.env_id, num_envs),
+        "ceiling_sps_random_actions": ceiling_sps(args.env_id, num_envs, iterations, repeats),
         "seconds": times,
         "fraction_of_full": {k: v / times["full"] for k, v in parts.items()},
     }
 
 
-def chunk_overhead(total_timesteps: int = 500_000, num_chunks: int = 10) -> dict:
-    """The CLI's chunked run (num_chunks compiled calls, each followed by a checkpoint
-    write) against the single program train(key), default config otherwise."""
-    import tempfile
+def chunk_overhead(total_timesteps: int, num_chunks: int, repeats: int) -> dict:
+    """The CLI's chunked run (one compiled call per chunk, each followed by a checkpoint write)
+    against the single program train(key), one seed, default config otherwise."""
+    args = dqn_jax.Args(total_timesteps=total_timesteps, num_chunks=num_chunks)
+    algo = dqn_jax.make_algorithm(args)  # validates the flags
+    units_per_chunk, chunks = dqn_jax.plan_chunks(algo.num_units, args.num_chunks)
+    keys = jax.random.PRNGKey(0)[None]  # [S = 1]: a seed axis, as the CLI vmaps over the seeds
+    init = jax.jit(jax.vmap(algo.init))
+    train = jax.jit(jax.vmap(dqn_jax.make_train(args)))
 
-    dqn = load_dqn()
-    args = dqn.validate_args(dqn.Args(total_timesteps=total_timesteps, num_chunks=num_chunks))
-    program = dqn.build_dqn(args, dqn.make_env(args.env_id))
-    key = jax.random.PRNGKey(0)
-    train = jax.jit(program.train)
-    init = jax.jit(program.init)
-    run_chunk = jax.jit(program.run_chunk)  # as the CLI compiles it
-    run_dir = Path(tempfile.mkdtemp())
+    def compiled_chunk(units: int):  # jit(vmap(run_chunk)), as the harness's compile_chunk builds it
+        return jax.jit(jax.vmap(functools.partial(dqn_jax.run_chunk, algo, units), in_axes=(0, None)))
 
-    def chunked():
-        state = init(key)
-        for chunk in range(args.num_chunks):
-            state, metrics = run_chunk(state, jnp.asarray(chunk * args.blocks_per_chunk))
-            jax.tree.map(lambda x: x.block_until_ready(), metrics)
-            dqn.save_checkpoint(run_dir, jax.tree.map(jax.device_get, state))
+    chunk, whole = compiled_chunk(units_per_chunk), compiled_chunk(algo.num_units)
+    run_dir = Path(tempfile.mkdtemp(prefix="dqn_speed_"))
+
+    def chunked():  # the harness's train_chunks without the logging
+        state = init(keys)
+        for index in range(chunks):
+            first = index * units_per_chunk
+            done = min(first + units_per_chunk, algo.num_units)
+            state, metrics = chunk(state, np.int32(first))
+            host_state, _ = jax.device_get((state, metrics))
+            if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+                raise RuntimeError(f"non-finite parameters after chunk {index}")
+            seed_state = jax.tree.map(lambda x: x[0], host_state)
+            dqn_jax.save_checkpoint(run_dir, done, done * algo.steps_per_unit, seed_state)
         return state.params
 
-    single = best_time(lambda: train(key)[0].params, repeats=2)
-    chunks = best_time(chunked, repeats=2)
-    return {"single_program_s": single, "chunked_s": chunks, "overhead_fraction": chunks / single - 1}
+    single = best_time(lambda: train(keys)[0].params, repeats)
+    one_chunk = best_time(lambda: whole(init(keys), np.int32(0))[0].params, repeats)
+    chunked_s = best_time(chunked, repeats)
+    return {
+        "env_steps": algo.num_units * algo.steps_per_unit,
+        "num_chunks": chunks,
+        "units_per_chunk": units_per_chunk,
+        "repeats": repeats,
+        "single_program_s": single,
+        "one_chunk_s": one_chunk,
+        "chunked_s": chunked_s,
+        "overhead_fraction": chunked_s / single - 1,
+        "one_chunk_overhead_fraction": one_chunk / single - 1,
+    }
 
 
 def main() -> None:
@@ -199,13 +202,23 @@ def main() -> None:
     parser.add_argument("--train-frequency", type=int, default=10)
     parser.add_argument("--target-network-frequency", type=int, default=500)
     parser.add_argument("--iterations", type=int, default=20_000, help="scan steps per timed call")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per piece (the best counts)")
     parser.add_argument("--chunk-overhead", action="store_true", help="also time chunked vs single program")
+    parser.add_argument("--chunk-timesteps", type=int, default=500_000, help="env steps of the chunked run")
+    parser.add_argument("--num-chunks", type=int, default=10, help="the chunked run's --num-chunks")
+    parser.add_argument("--chunk-repeats", type=int, default=2, help="timed runs per way (the best counts)")
     options = parser.parse_args()
     result = measure(
-        options.num_envs, options.train_frequency, options.target_network_frequency, options.iterations
+        options.num_envs,
+        options.train_frequency,
+        options.target_network_frequency,
+        options.iterations,
+        options.repeats,
     )
     if options.chunk_overhead:
-        result["chunking"] = chunk_overhead()
+        result["chunking"] = chunk_overhead(
+            options.chunk_timesteps, options.num_chunks, options.chunk_repeats
+        )
     print(json.dumps(result, indent=2))
 
 

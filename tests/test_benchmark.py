@@ -81,9 +81,12 @@ def test_suite_file_parses_and_covers_the_issue():
         ("dqn_jax", "Breakout-MinAtar"),
         ("sac_jax", "Pendulum-v1"),
         ("ppo_multigpu", "CartPole-v1"),
+        ("pqn_jax", "CartPole-v1"),
+        ("pqn_jax", "Breakout-MinAtar"),
     } <= full
     quick = bench.select_entries(suite, quick=True)
-    assert {e.name for e in quick} == {"ppo_jax_scan", "dqn_jax", "sac_jax", "ppo_multigpu"}
+    scripts = {p.stem for p in (ROOT / "vibe_rl").glob("*.py")} - {"__init__"}
+    assert {e.name for e in quick} == scripts  # every script is in the quick preset
     for entry in quick:  # a quick budget is shorter and its threshold lower than the full one
         (same,) = [
             e for e in bench.select_entries(suite, quick=False) if (e.name, e.env) == (entry.name, entry.env)

@@ -1,0 +1,286 @@
+"""vibe_rl against its peers, side by side in one run, on this machine.
+
+    python -m benchmark.speed                        # every comparison (about 25 minutes on 2 cores)
+    python -m benchmark.speed --only train,dqn --rounds 2
+    python -m benchmark.speed --docs                 # + the table into README.md and docs/benchmarks.md
+
+The comparisons (each figure is the best of --rounds processes, the variants interleaved
+round by round; time on an idle machine: another job on the cores shifts every figure):
+
+  train  PPO with CleanRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches,
+         lr 2.5e-4 annealed, 500k steps), the whole training as one jitted program, compiled
+         apart and timed after: ours (`make_train`, benchmark/inprocess.py), PureJaxRL ppo.py's
+         `make_train` and rejax's `PPO.train` (benchmark/peers/).
+  wall   the whole process as a user runs it: `python vibe_rl/ppo_jax_scan.py --num-envs 4
+         --num-steps 128 --total-timesteps 500000` with an empty compilation cache and again
+         with the cache it filled, against rejax's whole process (its runner: imports,
+         compile, training, a greedy evaluation, the run directory).
+  seeds  `--num-seeds 8` against `--num-seeds 1` through the command line (the training time
+         the script prints), on one CPU device (`--cpu-devices 1`) and on one per core (the
+         default); PureJaxRL's `jax.vmap` of 8 seeds on one device for reference.
+  dqn    DQN with PureJaxRL dqn.py's CartPole config (10 envs, 500k steps; ours:
+         `--num-envs 10`, its other defaults are dqn.py's): `make_train` as one jit, ours
+         against dqn.py's.
+
+The peers run in their own venv (gymnax < 1.0): set VIBE_RL_PEERS_PYTHON and
+VIBE_RL_PUREJAXRL_DIR as benchmark/peers/README.md says; a peer that is not set up is skipped.
+Writes results.json and results.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "benchmark" / "peers"
+COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.M)
+TRAINED = re.compile(r"^trained [0-9,]+ steps(?: x \d+ seed\(s\))? in ([0-9.]+)s", re.M)
+PPO = ["--num-envs", "4", "--num-steps", "128", "--total-timesteps", "500000"]  # CleanRL's CartPole config
+DOCS_BEGIN, DOCS_END = "<!-- speed:begin -->", "<!-- speed:end -->"
+
+
+def run(command: list[str], timeout: float = 1800) -> dict[str, Any]:
+    """One process: its wall time, and the compile / training times it printed (the best
+    training time when it trained several times)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    compiled, trained = COMPILED.findall(done.stdout), TRAINED.findall(done.stdout)
+    return {
+        "wall_s": wall,
+        "compile_s": sum(map(float, compiled)) if compiled else None,
+        "train_s": min(map(float, trained)) if trained else None,
+    }
+
+
+def best(samples: list[dict[str, Any]], key: str) -> float | None:
+    values = [s[key] for s in samples if s.get(key) is not None]
+    return min(values) if values else None
+
+
+def interleave(variants: dict[str, list[str]], rounds: int, label: str) -> dict[str, dict[str, Any]]:
+    """Run every variant once per round, in a rotated order; keep every sample."""
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            result = run(variants[name])
+            samples[name].append(result)
+            print(
+                f"  [{label}] round {r + 1}: {name}: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if v)
+            )
+    return {
+        name: {
+            "train_s": best(s, "train_s"),
+            "compile_s": best(s, "compile_s"),
+            "wall_s": best(s, "wall_s"),
+            "samples": s,
+        }
+        for name, s in samples.items()
+    }
+
+
+def peers_python() -> str | None:
+    python = os.environ.get("VIBE_RL_PEERS_PYTHON")
+    return python if python and Path(python).exists() else None
+
+
+def inprocess(script: str, *settings: str, repeats: int = 2) -> list[str]:
+    command = [sys.executable, "-m", "benchmark.inprocess", script, "--repeats", str(repeats)]
+    return command + [part for item in settings for part in ("--set", item)]
+
+
+def compare_train(rounds: int) -> dict[str, Any]:
+    variants = {"vibe_rl": inprocess("ppo_jax_scan", "num_envs=4", "num_steps=128", "total_timesteps=500000")}
+    python = peers_python()
+    if python and os.environ.get("VIBE_RL_PUREJAXRL_DIR"):
+        variants["PureJaxRL"] = [
+            python,
+            str(PEERS / "purejaxrl_ppo.py"),
+            "--repeats",
+            "2",
+            "--eval-episodes",
+            "1",
+        ]
+    if python:
+        variants["rejax"] = [python, str(PEERS / "rejax_ppo.py"), "--repeats", "2", "--eval-episodes", "1"]
+    return interleave(variants, rounds, "train")
+
+
+def compare_wall(rounds: int, scratch: Path) -> dict[str, Any]:
+    """Ours with an empty cache, then warm (the same cache, a second run), and rejax, per round."""
+    results: dict[str, list[dict[str, Any]]] = {
+        "vibe_rl, empty cache": [],
+        "vibe_rl, warm cache": [],
+        "rejax": [],
+    }
+    python = peers_python()
+    for r in range(rounds):
+        cache = scratch / f"cache-{r}"
+        ours = [sys.executable, "vibe_rl/ppo_jax_scan.py", *PPO, "--output-dir", str(scratch / "runs")]
+        ours += ["--jax-cache-dir", str(cache)]
+        order = [("vibe_rl, empty cache", ours), ("vibe_rl, warm cache", ours)]
+        if python:
+            rejax = [python, str(PEERS / "rejax_ppo.py"), "--output-dir", str(scratch / "runs")]
+            order = [("rejax", rejax), *order] if r % 2 == 0 else [*order, ("rejax", rejax)]
+        for name, command in order:
+            results[name].append(run(command))
+            print(f"  [wall] round {r + 1}: {name}: {results[name][-1]['wall_s']:.1f}s")
+    return {name: {"wall_s": best(s, "wall_s"), "samples": s} for name, s in results.items() if s}
+
+
+def compare_seeds(rounds: int, scratch: Path) -> dict[str, Any]:
+    variants = {}
+    for devices, label in (("1", "one CPU device"), ("0", "one CPU device per core")):
+        for seeds in ("1", "8"):
+            command = [sys.executable, "vibe_rl/ppo_jax_scan.py", *PPO, "--num-seeds", seeds]
+            command += [
+                "--cpu-devices",
+                devices,
+                "--output-dir",
+                str(scratch / "runs"),
+                "--eval-episodes",
+                "4",
+            ]
+            variants[f"vibe_rl, {seeds} seed(s), {label}"] = command
+    python = peers_python()
+    if python and os.environ.get("VIBE_RL_PUREJAXRL_DIR"):
+        for seeds in ("1", "8"):
+            peer = [python, str(PEERS / "purejaxrl_ppo.py"), "--num-seeds", seeds, "--eval-episodes", "1"]
+            variants[f"PureJaxRL, {seeds} seed(s), vmap on one device"] = peer
+    return interleave(variants, rounds, "seeds")
+
+
+def compare_dqn(rounds: int) -> dict[str, Any]:
+    variants = {"vibe_rl": inprocess("dqn_jax", "num_envs=10")}
+    python = peers_python()
+    if python and os.environ.get("VIBE_RL_PUREJAXRL_DIR"):
+        variants["PureJaxRL"] = [
+            python,
+            str(PEERS / "purejaxrl_dqn.py"),
+            "--repeats",
+            "2",
+            "--eval-episodes",
+            "1",
+        ]
+    return interleave(variants, rounds, "dqn")
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "–"
+
+
+def seconds(x: float | None) -> str:
+    return f"{x:.2f} s" if x is not None else "–"
+
+
+def row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def table(results: dict[str, Any]) -> str:
+    """The markdown table of whatever was measured."""
+    rows = [row("comparison", "vibe_rl", "peer", "vibe_rl / peer", "aim"), row(*["---"] * 5)]
+    if "train" in results:
+        t = results["train"]
+        ours = t["vibe_rl"]["train_s"]
+        for peer, aim in (("PureJaxRL", "≤ 0.8"), ("rejax", "")):
+            if peer in t:
+                theirs = t[peer]["train_s"]
+                what = "PPO training, CleanRL CartPole config, one jit"
+                rows.append(row(what, seconds(ours), f"{peer} {seconds(theirs)}", ratio(ours, theirs), aim))
+        compiles = ", ".join(f"{name} {seconds(v['compile_s'])}" for name, v in t.items())
+        rows.append(row("its compile time", "", compiles, "", ""))
+    if "wall" in results:
+        w = results["wall"]
+        rejax = w.get("rejax", {}).get("wall_s")
+        for name, aim in (("vibe_rl, empty cache", "≤ 0.9"), ("vibe_rl, warm cache", "≤ 0.6")):
+            what = f"whole process, 500k CartPole steps, {name.split(', ')[1]}"
+            ours = w[name]["wall_s"]
+            rows.append(row(what, seconds(ours), f"rejax {seconds(rejax)}", ratio(ours, rejax), aim))
+    if "seeds" in results:
+        s = results["seeds"]
+        for label, aim in (("one CPU device", ""), ("one CPU device per core", "≤ 3.5")):
+            one, eight = (s[f"vibe_rl, {n} seed(s), {label}"]["train_s"] for n in (1, 8))
+            what = f"8 seeds / 1 seed, training time, {label}"
+            rows.append(row(what, f"{seconds(eight)} / {seconds(one)} = {ratio(eight, one)}x", "", "", aim))
+        if "PureJaxRL, 1 seed(s), vmap on one device" in s:
+            one, eight = (s[f"PureJaxRL, {n} seed(s), vmap on one device"]["train_s"] for n in (1, 8))
+            what = "PureJaxRL 8 seeds / 1 seed (vmap, one device)"
+            rows.append(row(what, "", f"{seconds(eight)} / {seconds(one)} = {ratio(eight, one)}x", "", ""))
+    if "dqn" in results and "PureJaxRL" in results["dqn"]:
+        ours, theirs = (results["dqn"][name]["train_s"] for name in ("vibe_rl", "PureJaxRL"))
+        what = "DQN training, PureJaxRL dqn.py's CartPole config, one jit"
+        rows.append(row(what, seconds(ours), f"PureJaxRL {seconds(theirs)}", ratio(ours, theirs), ""))
+    return "\n".join(rows)
+
+
+def write_docs(block: str) -> None:
+    for path in (ROOT / "README.md", ROOT / "docs" / "benchmarks.md"):
+        text = path.read_text()
+        if DOCS_BEGIN not in text:
+            print(f"{path}: no {DOCS_BEGIN} marker, left alone")
+            continue
+        head, rest = text.split(DOCS_BEGIN, 1)
+        path.write_text(head + DOCS_BEGIN + "\n" + block + "\n" + DOCS_END + rest.split(DOCS_END, 1)[1])
+        print(f"wrote the table into {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="train,wall,seeds,dqn", help="comma-separated comparisons")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per variant, interleaved")
+    parser.add_argument("--out", type=Path, default=None, help="default benchmark/out/speed-{time}")
+    parser.add_argument(
+        "--docs", action="store_true", help="write the table into README.md and docs/benchmarks.md"
+    )
+    cli = parser.parse_args()
+    out = cli.out or ROOT / "benchmark" / "out" / f"speed-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    only = cli.only.split(",")
+    import jax  # the versions, for the record
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, measure in (
+            ("train", lambda: compare_train(cli.rounds)),
+            ("wall", lambda: compare_wall(cli.rounds, Path(scratch))),
+            ("seeds", lambda: compare_seeds(cli.rounds, Path(scratch))),
+            ("dqn", lambda: compare_dqn(cli.rounds)),
+        ):
+            if name in only:
+                print(f"{name}:")
+                results[name] = measure()
+    date = datetime.date.today().isoformat()
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
+    )
+    command = "python -m benchmark.speed " + " ".join(sys.argv[1:])
+    markdown = table(results)
+    block = (
+        f"Measured {date} on {machine} with `{command}` (best of {cli.rounds}, interleaved):\n\n{markdown}"
+    )
+    meta = {"date": date, "machine": machine, "command": command, "rounds": cli.rounds}
+    (out / "results.json").write_text(json.dumps({**meta, "results": results}, indent=2))
+    (out / "results.md").write_text(block + "\n")
+    print("\n" + block)
+    if cli.docs:
+        write_docs(block)
+
+
+if __name__ == "__main__":
+    main()
