@@ -1,29 +1,44 @@
-"""rejax PPO with vibe_rl's PPO flags, for `python -m benchmark --peers`.
+"""rejax PPO with vibe_rl's PPO flags, for `python -m benchmark --peers` and the speed report.
 
     pip install rejax==0.1.3 "gymnax<1.0"    # its own venv: set VIBE_RL_REJAX_PYTHON
     python benchmark/peers/rejax_ppo.py --env-id CartPole-v1 --total-timesteps 100000
+    ... --repeats 3 --num-seeds 8             # best of 3 calls, 8 seeds in one vmap
 
 rejax 0.1.3 needs gymnax < 1.0 (gymnax 1.0's env.step returns 6 values). Matched to
 ppo_jax_scan: num_envs, num_steps, epochs, minibatches, lr, clip, ent/vf coefficients,
 gamma, GAE lambda, grad clipping, 64-64 tanh networks; rejax does not anneal the learning
-rate. rejax's train() is one jitted program (its evaluation only at the end); compile time
-is printed apart, as vibe_rl's scripts do. Then a deterministic (greedy) evaluation,
-written to {output_dir}/{env_id}__rejax_ppo__{seed}__{time}/eval.json.
+rate, and it trains whole iterations (ceil(total / (envs x steps))). rejax's train() is one
+jitted program; its own evaluation callback (128 episodes at every eval_freq steps) is
+replaced by a no-op, so the timed call is training only. Compile time is printed apart,
+as vibe_rl's scripts do. Then a deterministic (greedy) evaluation of each seed, written to
+{output_dir}/{env_id}__rejax_ppo__{seed}__{time}/eval.json.
 """
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
-from common import parse_ppo_args, write_run
+from common import (
+    compile_train,
+    make_greedy_eval,
+    parse_ppo_args,
+    seed_keys,
+    seed_slice,
+    time_train,
+    write_run,
+)
 from rejax import PPO
-from rejax.evaluate import evaluate
+
+PEER = "rejax_ppo"
+
+
+def no_evaluation(algo: PPO, ts: object, key: jax.Array) -> jax.Array:
+    """Stands in for rejax's eval_callback, which would run 128 episodes inside train()."""
+    return jnp.zeros(())
 
 
 def main() -> None:
-    args = parse_ppo_args(__doc__.splitlines()[0])
+    args = parse_ppo_args(__doc__.splitlines()[0], speed_flags=True)
     algo = PPO.create(
         env=args.env_id,
         num_envs=args.num_envs,
@@ -33,7 +48,7 @@ def main() -> None:
         learning_rate=args.learning_rate,
         max_grad_norm=args.max_grad_norm,
         total_timesteps=args.total_timesteps,
-        eval_freq=args.total_timesteps,  # one evaluation, at the end
+        eval_freq=args.total_timesteps,  # one evaluation call, at the end (a no-op, below)
         skip_initial_evaluation=True,
         gamma=args.gamma,
         gae_lambda=args.gae_lambda,
@@ -42,22 +57,24 @@ def main() -> None:
         vf_coef=args.vf_coef,
         agent_kwargs={"activation": "tanh"},
     )
-    key = jax.random.PRNGKey(args.seed)
-    start = time.perf_counter()
-    train = jax.jit(algo.train).lower(key).compile()
-    print(f"compiled rejax PPO train in {time.perf_counter() - start:.1f}s")
-    start = time.perf_counter()
-    state, _ = jax.block_until_ready(train(key))
-    print(f"trained {args.total_timesteps} steps in {time.perf_counter() - start:.1f}s")
+    algo = algo.replace(eval_callback=no_evaluation)
+    iteration = args.num_envs * args.num_steps
+    steps = -(-args.total_timesteps // iteration) * iteration  # rejax rounds up to whole iterations
 
-    def greedy(obs: jax.Array, _key: jax.Array) -> jax.Array:
-        dist = algo.actor.apply(state.actor_ts.params, obs[None], method="_action_dist")
+    keys = seed_keys(args.seed, args.num_seeds)
+    compiled = compile_train(PEER, algo.train, args.num_seeds, keys)
+    states, _ = time_train(compiled, keys, args.repeats, steps * args.num_seeds)
+
+    def greedy(params: object, obs: jax.Array) -> jax.Array:
+        dist = algo.actor.apply(params, obs[None], method="_action_dist")
         return jnp.squeeze(dist.mode())
 
-    lengths, returns = evaluate(
-        greedy, jax.random.PRNGKey(10_000 + args.seed), algo.env, algo.env_params, args.eval_episodes
-    )
-    write_run(args, args.exp_name or "rejax_ppo", returns.tolist(), lengths.tolist())
+    evaluate = make_greedy_eval(greedy, algo.env, algo.env_params, args.eval_episodes)
+    for i in range(args.num_seeds):
+        seed = args.seed + i
+        state = seed_slice(states, args.num_seeds, i)
+        returns, lengths = evaluate(state.actor_ts.params, jax.random.PRNGKey(10_000 + seed))
+        write_run(args, args.exp_name or PEER, returns.tolist(), lengths.tolist(), seed=seed)
 
 
 if __name__ == "__main__":
