@@ -137,6 +137,37 @@ SCRIPTS = {
         ],
         budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, learning_starts=0),
     ),
+    "pqn_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            num_steps=8,
+            num_minibatches=2,
+            update_epochs=1,
+            total_timesteps=32 * 30,
+            num_chunks=30,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38, max_grad_norm=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1 has continuous actions; PQN needs discrete ones (use vibe_rl/sac_jax.py)",  # noqa: E501
+            ),
+            (
+                flags(num_minibatches=7),
+                "--num-minibatches 7 must divide num_envs * num_steps = 32 * 64 = 2048",
+            ),
+            (flags(update_epochs=0), "--update-epochs must be a positive integer, got 0"),
+            (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
+            (flags(q_lambda=1.5), "--gamma and --q-lambda must lie in [0, 1]"),
+            (flags(end_e=2.0), "--start-e, --end-e and --exploration-fraction must lie in [0, 1]"),
+            (flags(max_grad_norm=0.0), "--max-grad-norm must be positive, got 0.0"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
+    ),
     "ppo_multigpu": Contract(
         env_id="CartPole-v1",
         run=flags(num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4),

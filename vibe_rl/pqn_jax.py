@@ -1,0 +1,1132 @@
+"""Parallel Q-learning (PQN): Q(lambda) from many vectorised envs, no replay buffer, no target network.
+
+Algorithm: Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning" (arXiv:2407.04811,
+ICLR 2025). Many environments step in parallel under an epsilon-greedy policy; after each rollout,
+Q(lambda) returns are computed backwards from the online network's own Q-values, and the network
+is fitted to them with a few epochs of minibatch SGD. LayerNorm in the Q-network keeps this stable
+without the two tricks DQN needs (a replay buffer and a target network). Discrete actions only.
+The implementation details are tagged `# [PQN-k]` in the code and listed in docs/pqn_jax.md.
+
+Run `python vibe_rl/pqn_jax.py --env-id CartPole-v1`. It writes
+runs/{env_id}__{exp_name}__{seed}__{unix_time}/: args.json, TensorBoard events, metrics.jsonl,
+checkpoints/, eval.json, episodic_return.png; {exp_name}.flax with --save-model,
+videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
+
+How to read this file:
+    1-4  Args, the environment, the Q-network (LayerNorm after every hidden layer), the state.
+    5    the math as small pure functions, each tested: linear_schedule (epsilon),
+         q_lambda_returns (the targets), td_loss_fn.
+    6    training. `iteration` is one PQN iteration: `rollout` (num_steps epsilon-greedy steps
+         of num_envs envs), Q(lambda) returns, then update_epochs of `sgd_epoch` over shuffled
+         minibatches. `make_train(args)` returns the whole training as one pure function.
+    7    the evaluation policy (greedy), and `make_algorithm`: PQN as the run harness sees it.
+    Below the "Run harness" banner is the machinery every vibe_rl script shares, word for
+    word: run directories, logging, checkpoints, resume, the command line. Stop reading there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+# ===== 1. Arguments ==================================================================
+
+
+@dataclass
+class Args:
+    # The run: the same flags in every vibe_rl script
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment (part of the run directory's name)"""
+    seed: int = 1
+    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
+    num_seeds: int = 1
+    """independent runs trained together in one program, sharded over the devices"""
+    track: bool = False
+    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "vibe_rl"
+    """the wandb project name"""
+    wandb_entity: str | None = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """write videos/eval.gif: one deterministic evaluation episode"""
+    save_model: bool = False
+    """write the final parameters to {run_dir}/{exp_name}.flax"""
+    output_dir: str = "runs"
+    """parent directory of the run directories"""
+    resume: str | None = None
+    """continue the run stored in this run directory from its newest readable checkpoint"""
+    num_chunks: int = 10
+    """the training runs as this many compiled chunks; logs and checkpoints between them"""
+    eval_episodes: int = 32
+    """episodes of the final deterministic evaluation (run in parallel)"""
+    cpu_devices: int = 0
+    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
+    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
+    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
+
+    # PQN (purejaxql's CartPole configuration, docs/pqn_jax.md: they solve CartPole-v1)
+    env_id: str = "CartPole-v1"
+    """the id of the gymnax environment (discrete actions)"""
+    total_timesteps: int = 500_000
+    """total environment steps of the training, per seed (rounded down to whole iterations)"""
+    learning_rate: float = 1e-4
+    """the learning rate of the optimizer (RAdam)"""
+    num_envs: int = 32
+    """the number of parallel environments"""
+    num_steps: int = 64
+    """the number of steps to run in each environment per rollout"""
+    anneal_lr: bool = True
+    """linearly anneal the learning rate to 0 over the training"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    q_lambda: float = 0.95
+    """the lambda of the Q(lambda) returns (0: one-step Q-learning targets)"""
+    num_minibatches: int = 16
+    """the number of minibatches per epoch"""
+    update_epochs: int = 4
+    """the number of epochs over the rollout per iteration"""
+    max_grad_norm: float = 10.0
+    """the maximum global norm of the gradient"""
+    reward_scale: float = 0.1
+    """the rewards are multiplied by this for learning (the logged returns are the env's)"""
+    start_e: float = 1.0
+    """the starting epsilon of the exploration"""
+    end_e: float = 0.2
+    """the final epsilon of the exploration"""
+    exploration_fraction: float = 0.2
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e"""
+    hidden_size: int = 256
+    """width of the MLP's two hidden layers, or of the CNN's dense layer"""
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    """Q-network torso: mlp (flat obs), cnn (MinAtar images: 3x3 conv, then dense); auto picks by shape"""
+
+
+# ===== 2. Environment ================================================================
+
+
+class EnvSpec(NamedTuple):
+    """What the network and the rollout need to know about the environment."""
+
+    env: Any  # a gymnax Environment
+    env_params: Any  # its EnvParams
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    obs_dim: int  # the rollout stores observations flattened: [obs_dim]
+    num_actions: int  # A, the number of discrete actions
+
+
+def make_env(env_id: str) -> EnvSpec:
+    # gymnax is imported here, not at the top: its import starts JAX, and the run harness
+    # first sets the number of CPU devices.
+    import gymnax
+    from gymnax.environments import spaces
+
+    known = gymnax.registered_envs
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
+    env, env_params = gymnax.make(env_id)
+    space = env.action_space(env_params)
+    require(
+        isinstance(space, spaces.Discrete),
+        f"--env-id {env_id} has continuous actions; PQN needs discrete ones (use vibe_rl/sac_jax.py)",
+    )
+    obs_shape = tuple(env.observation_space(env_params).shape)
+    return EnvSpec(env, env_params, obs_shape, math.prod(obs_shape), int(space.n))
+
+
+def flatten_obs(obs: jax.Array) -> jax.Array:
+    """[N, *obs_shape] -> [N, obs_dim] (MinAtar images become vectors)."""
+    return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+
+
+# ===== 3. Networks ===================================================================
+
+
+def normed_dense(x: jax.Array, width: int, kernel_init: Callable) -> jax.Array:
+    """[PQN-3] Dense, then LayerNorm (over the last axis), then ReLU: every hidden layer of PQN."""
+    return nn.relu(nn.LayerNorm()(nn.Dense(width, kernel_init=kernel_init)(x)))
+
+
+def cnn_torso(obs: jax.Array, obs_shape: tuple[int, ...], width: int) -> jax.Array:
+    """[PQN-4] The MinAtar paper's torso (Young & Tian 2019) with PQN's LayerNorms: a 3x3
+    convolution with 16 channels (valid padding), LayerNorm over the channels of each pixel,
+    ReLU; a dense layer of `width`, LayerNorm, ReLU. [..., obs_dim] -> [..., width]. The
+    convolution is a dense layer over each pixel's 3x3 patch ("im2col"): nn.Conv(16, (3, 3),
+    padding="VALID") with its kernel as [9C, 16], much faster on XLA CPU (docs/pqn_jax.md)."""
+    h, w, c = obs_shape
+    image = obs.reshape(*obs.shape[:-1], h, w, c)  # [..., H, W, C]
+    patches = jnp.concatenate(  # [..., H-2, W-2, 9*C], ordered (row, column, channel)
+        [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)], axis=-1
+    )
+    x = normed_dense(patches, 16, nn.initializers.he_normal())  # [..., H-2, W-2, 16]
+    x = x.reshape(*x.shape[:-3], -1)  # [..., (H-2)*(W-2)*16]
+    return normed_dense(x, width, nn.initializers.he_normal())
+
+
+class QNetwork(nn.Module):
+    """obs [..., obs_dim] -> Q-values [..., A]. Initialisation as purejaxql's: LeCun normal for
+    the MLP and the head, He normal for the CNN; zero biases; LayerNorm scale 1, offset 0."""
+
+    num_actions: int
+    obs_shape: tuple[int, ...]
+    hidden_size: int = 256
+    network: str = "mlp"  # "mlp" or "cnn"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        if self.network == "cnn":
+            x = cnn_torso(obs, self.obs_shape, self.hidden_size)
+        else:  # two hidden layers
+            init = nn.initializers.lecun_normal()  # flax's default
+            x = normed_dense(normed_dense(obs, self.hidden_size, init), self.hidden_size, init)
+        return nn.Dense(self.num_actions)(x)  # [..., A], a linear head
+
+
+# ===== 4. State ======================================================================
+
+Params = Any  # a flax parameter pytree
+
+
+class RunnerState(NamedTuple):
+    """Everything the training carries from one iteration to the next (and checkpoints)."""
+
+    params: Params  # the Q-network: the only one (no target network)
+    opt_state: optax.OptState
+    env_state: Any  # gymnax EnvState, batched over envs [N]
+    obs: jax.Array  # [N, obs_dim] current observations
+    episode_return: jax.Array  # [N] undiscounted return of the running episode
+    episode_length: jax.Array  # [N]
+    key: jax.Array
+
+
+class Transition(NamedTuple):
+    """One environment step of the rollout; the scan stacks these to [T, N, ...]."""
+
+    obs: jax.Array  # [N, obs_dim] observation the action was taken in
+    action: jax.Array  # [N] int32
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: true end of the episode, no bootstrap
+    truncated: jax.Array  # [N] bool: time limit reached, bootstrap from final_obs
+    final_obs: jax.Array  # [N, obs_dim] observation reached, before auto-reset
+    value: jax.Array  # [N] max_a Q(obs, a) with the parameters that acted
+    episode_return: jax.Array  # [N] return of the episode that ended here (where done)
+    episode_length: jax.Array  # [N]
+
+
+class RolloutNoise(NamedTuple):
+    """The rollout's randomness, drawn before it; the scan slices one step [N, ...] at a time."""
+
+    explore: jax.Array  # [T, N] uniform in [0, 1): a random action where below epsilon
+    random_action: jax.Array  # [T, N] int32, uniform over the A actions
+    env_keys: jax.Array  # [T, N, 2] the keys of each env step (and auto-reset)
+
+
+# ===== 5. The algorithm's math: small pure functions =================================
+
+
+def linear_schedule(start: float, end: float, duration: float, step: jax.Array) -> jax.Array:
+    """[PQN-2] start at step 0, then linearly to end at step `duration`, then flat. step: [] env steps."""
+    if duration <= 0:  # no decay: end from the start
+        return jnp.asarray(end, jnp.float32)
+    fraction = jnp.minimum(step / duration, 1.0)
+    return start + fraction * (end - start)
+
+
+def annealed_learning_rate(args: Args, iteration: jax.Array, num_iterations: int) -> jax.Array:
+    """[PQN-8] linear decay from learning_rate at iteration 0 towards 0 at the end."""
+    if not args.anneal_lr:
+        return jnp.asarray(args.learning_rate, jnp.float32)
+    return args.learning_rate * (1.0 - iteration / num_iterations)
+
+
+# The done convention, used by q_lambda_returns and by the rollout:
+#   terminated[t]: the episode truly ended at step t (the MDP stops): no bootstrap, the
+#                  value after it is 0.
+#   truncated[t]:  the time limit cut the episode at step t; the state it reached still
+#                  has a value, max_a Q(final_obs[t], a), read before gymnax's auto-reset.
+#   Either way obs[t+1] is the first observation of a new episode, so the lambda-return's
+#   recursion stops at t. If both are set, termination wins.
+def q_lambda_returns(
+    rewards: jax.Array,
+    values: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    final_values: jax.Array,
+    last_value: jax.Array,
+    gamma: float,
+    q_lambda: float,
+) -> jax.Array:
+    """[PQN-5] Peng's Q(lambda) returns over one rollout, computed backwards.
+
+    rewards, terminated, truncated: [T, N]; values[t] = max_a Q(obs[t], a) and final_values[t]
+    = max_a Q(final_obs[t], a): [T, N]; last_value [N] = max_a Q of the observation after the
+    last step. Returns the targets G [T, N]:
+
+        G[t] = r[t] + gamma * ((1 - lambda) * V[t+1] + lambda * G[t+1])   inside an episode,
+        G[t] = r[t] + gamma * V[t+1]        at a truncation (V: of final_obs) or at t = T-1,
+        G[t] = r[t]                         at a termination.
+    """
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
+    # value of what followed step t inside the same episode
+    next_values = jnp.where(truncated, final_values, next_values)  # [PQN-6] time limits
+    next_values = jnp.where(terminated, 0.0, next_values)
+    episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
+
+    def backward(return_after, step):  # [N], ([N], [N], [N])
+        reward, next_value, continues = step
+        # where the episode (or the rollout: carry = last_value) ends, G[t+1] is replaced by V[t+1]
+        lambda_return = reward + gamma * (next_value + q_lambda * continues * (return_after - next_value))
+        return lambda_return, lambda_return
+
+    inputs = (rewards, next_values, episode_continues)
+    _, returns = jax.lax.scan(backward, last_value, inputs, reverse=True)
+    return returns
+
+
+def td_loss_fn(q_taken: jax.Array, targets: jax.Array) -> jax.Array:
+    """[PQN-7] 0.5 * (Q(s, a) - G)^2, averaged; q_taken, targets: [B] -> []. The targets are data
+    (computed before the update), so no gradient flows into them."""
+    return 0.5 * jnp.mean((q_taken - targets) ** 2)
+
+
+# ===== 6. Training: rollout, update, make_train ======================================
+
+
+class PQN(NamedTuple):
+    """One configuration (built by build_pqn below). Every function of this section takes it."""
+
+    args: Args
+    sizes: Sizes
+    spec: EnvSpec
+    network: QNetwork
+    optimizer: optax.GradientTransformation
+
+
+def rollout_step(
+    pqn: PQN, state: RunnerState, step: tuple[RolloutNoise, jax.Array]
+) -> tuple[RunnerState, Transition]:
+    """Act once, epsilon-greedily, in the N environments. step: (noise [N, ...], env steps done [])."""
+    args, spec = pqn.args, pqn.spec
+    noise, env_steps_done = step
+    q_values = pqn.network.apply(state.params, state.obs)  # [N, A]
+    epsilon = linear_schedule(args.start_e, args.end_e, pqn.sizes.exploration_steps, env_steps_done)
+    # [PQN-2] epsilon-greedy, each env on its own: a uniform random action with probability epsilon
+    action = jnp.where(noise.explore < epsilon, noise.random_action, jnp.argmax(q_values, axis=-1))
+    next_obs, env_state, reward, terminated, truncated, info = jax.vmap(  # [PQN-1] vectorised envs
+        spec.env.step, in_axes=(0, 0, 0, None)
+    )(noise.env_keys, state.env_state, action, spec.env_params)
+    done = jnp.logical_or(terminated, truncated)  # [N]
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    transition = Transition(
+        obs=state.obs,
+        action=action,
+        reward=reward * args.reward_scale,  # [PQN-10]
+        terminated=terminated,
+        truncated=truncated,
+        final_obs=flatten_obs(info["final_observation"]),
+        value=q_values.max(axis=-1),
+        episode_return=episode_return,
+        episode_length=episode_length,
+    )
+    state = state._replace(
+        env_state=env_state,
+        obs=flatten_obs(next_obs),
+        episode_return=jnp.where(done, 0.0, episode_return),
+        episode_length=jnp.where(done, 0, episode_length),
+    )
+    return state, transition
+
+
+def rollout(pqn: PQN, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Transition]:
+    """num_steps steps of the N envs: the trajectory [T, N, ...]. index: [] the iteration's number."""
+    args = pqn.args
+    # All the rollout's randomness in three calls up front: cheaper than 3T small ones.
+    key, explore_key, action_key, env_key = jax.random.split(state.key, 4)
+    shape = (args.num_steps, args.num_envs)  # [T, N]
+    noise = RolloutNoise(
+        explore=jax.random.uniform(explore_key, shape),
+        random_action=jax.random.randint(action_key, shape, 0, pqn.spec.num_actions),
+        env_keys=jax.random.split(env_key, shape),
+    )
+    env_steps_done = (index * args.num_steps + jnp.arange(args.num_steps)) * args.num_envs  # [T]
+    return jax.lax.scan(
+        functools.partial(rollout_step, pqn), state._replace(key=key), (noise, env_steps_done)
+    )
+
+
+class Batch(NamedTuple):
+    """What the minibatch gradient steps read; leading axis [B] (the rollout's T*N flattened)."""
+
+    obs: jax.Array  # [B, obs_dim]
+    action: jax.Array  # [B]
+    target: jax.Array  # [B] Q(lambda) returns
+
+
+class LossInfo(NamedTuple):
+    td_loss: jax.Array
+    q_values: jax.Array  # mean Q(s, a) of the actions taken
+    grad_norm: jax.Array  # global norm of the gradient, before clipping
+
+
+def loss_fn(pqn: PQN, params: Params, batch: Batch) -> tuple[jax.Array, jax.Array]:
+    q_values = pqn.network.apply(params, batch.obs)  # [B, A]
+    q_taken = jnp.take_along_axis(q_values, batch.action[:, None], axis=-1)[:, 0]  # [B]
+    return td_loss_fn(q_taken, batch.target), q_taken.mean()
+
+
+class EpochCarry(NamedTuple):
+    params: Params
+    opt_state: optax.OptState
+    learning_rate: jax.Array  # []
+    key: jax.Array
+
+
+def minibatch_step(pqn: PQN, carry: EpochCarry, minibatch: Batch) -> tuple[EpochCarry, LossInfo]:
+    (loss, q_mean), grads = jax.value_and_grad(functools.partial(loss_fn, pqn), has_aux=True)(
+        carry.params, minibatch
+    )
+    updates, opt_state = pqn.optimizer.update(grads, carry.opt_state, carry.params)
+    updates = jax.tree.map(lambda u: -carry.learning_rate * u, updates)
+    carry = carry._replace(params=optax.apply_updates(carry.params, updates), opt_state=opt_state)
+    return carry, LossInfo(loss, q_mean, optax.tree.norm(grads))
+
+
+def sgd_epoch(pqn: PQN, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry, LossInfo]:
+    """[PQN-7] one pass over the rollout in shuffled minibatches. LossInfo: [M] per minibatch."""
+    key, permutation_key = jax.random.split(carry.key)
+    permutation = jax.random.permutation(permutation_key, pqn.sizes.batch_size)  # [B]
+    minibatches = jax.tree.map(  # [B, ...] -> [M, B/M, ...]
+        lambda x: x[permutation].reshape(pqn.args.num_minibatches, -1, *x.shape[1:]), batch
+    )
+    return jax.lax.scan(functools.partial(minibatch_step, pqn), carry._replace(key=key), minibatches)
+
+
+class Metrics(NamedTuple):
+    """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
+
+    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN: none)
+    episodic_length: jax.Array
+    epsilon: jax.Array  # at the rollout's last step
+    learning_rate: jax.Array
+    td_loss: jax.Array  # means over the last epoch's minibatches
+    q_values: jax.Array
+    grad_norm: jax.Array
+
+
+CHARTS = ("episodic_return", "episodic_length", "epsilon", "learning_rate")  # CleanRL's TensorBoard tags:
+METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for name in Metrics._fields}
+
+
+def iteration(pqn: PQN, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
+    """One PQN iteration: rollout, Q(lambda) returns, update_epochs of minibatch SGD. index: []
+    int32, the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
+    args, sizes = pqn.args, pqn.sizes
+    state, traj = rollout(pqn, state, index)  # traj: [T, N, ...]
+
+    # [PQN-6] the values a truncation bootstraps from, and the value after the rollout, in one
+    # batched pass each with the parameters that acted (they did not change during the rollout)
+    def value(obs: jax.Array) -> jax.Array:  # [..., obs_dim] -> [...] max_a Q(obs, a)
+        return pqn.network.apply(state.params, obs).max(axis=-1)
+
+    final_values, last_value = value(traj.final_obs), value(state.obs)  # [T, N], [N]
+    targets = q_lambda_returns(  # [T, N]
+        traj.reward, traj.value, traj.terminated, traj.truncated, final_values, last_value,
+        args.gamma, args.q_lambda,
+    )  # fmt: skip
+    batch = Batch(traj.obs, traj.action, targets)  # [T, N, ...]
+    batch = jax.tree.map(lambda x: x.reshape(sizes.batch_size, *x.shape[2:]), batch)  # [B, ...]
+
+    learning_rate = annealed_learning_rate(args, index, sizes.num_iterations)
+    key, epoch_key = jax.random.split(state.key)
+    carry = EpochCarry(state.params, state.opt_state, learning_rate, epoch_key)
+    carry, info = jax.lax.scan(lambda c, _: sgd_epoch(pqn, c, batch), carry, length=args.update_epochs)
+    state = state._replace(params=carry.params, opt_state=carry.opt_state, key=key)
+
+    done = jnp.logical_or(traj.terminated, traj.truncated)  # [T, N]
+    num_done = done.sum()
+    last_step = (index + 1) * sizes.batch_size - args.num_envs  # env steps done before the last step
+    return state, Metrics(
+        episodic_return=jnp.where(num_done > 0, (traj.episode_return * done).sum() / num_done, jnp.nan),
+        episodic_length=jnp.where(num_done > 0, (traj.episode_length * done).sum() / num_done, jnp.nan),
+        epsilon=linear_schedule(args.start_e, args.end_e, sizes.exploration_steps, last_step),
+        learning_rate=learning_rate,
+        **jax.tree.map(lambda x: x[-1].mean(), info)._asdict(),
+    )
+
+
+# --- Setting up: the sizes, the network, the initial state ----------------------------
+
+
+class Sizes(NamedTuple):
+    """The sizes derived from Args, in this one place (never command-line flags)."""
+
+    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
+    minibatch_size: int  # B / num_minibatches
+    num_iterations: int  # total_timesteps // B
+    exploration_steps: float  # exploration_fraction * total_timesteps: epsilon reaches end_e there
+
+
+def build_pqn(args: Args) -> PQN:
+    """Check PQN's flags (ArgsError: one line naming the flag), derive the sizes, build the parts."""
+    spec = make_env(args.env_id)
+    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
+    require_positive(args, "hidden_size")
+    image = len(spec.obs_shape) == 3
+    require(image or args.network != "cnn", f"--network cnn needs image observations, not {spec.obs_shape}")
+    network = args.network if args.network != "auto" else ("cnn" if image else "mlp")
+    require(0 <= args.gamma <= 1 and 0 <= args.q_lambda <= 1, "--gamma and --q-lambda must lie in [0, 1]")
+    require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
+    require(args.max_grad_norm > 0, f"--max-grad-norm must be positive, got {args.max_grad_norm}")
+    require(
+        0 <= args.start_e <= 1 and 0 <= args.end_e <= 1 and 0 <= args.exploration_fraction <= 1,
+        "--start-e, --end-e and --exploration-fraction must lie in [0, 1]",
+    )
+    batch_size = args.num_envs * args.num_steps
+    batch = f"num_envs * num_steps = {args.num_envs} * {args.num_steps} = {batch_size}"
+    require(
+        batch_size % args.num_minibatches == 0,
+        f"--num-minibatches {args.num_minibatches} must divide {batch}",
+    )
+    require(
+        args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
+    )
+    sizes = Sizes(
+        batch_size=batch_size,
+        minibatch_size=batch_size // args.num_minibatches,
+        num_iterations=args.total_timesteps // batch_size,
+        exploration_steps=args.exploration_fraction * args.total_timesteps,
+    )
+    # [PQN-9] global gradient clipping, then [PQN-8] RAdam (the paper's optimizer); the
+    # (annealed) learning rate is applied by hand each iteration, so the logged value is the one used.
+    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_radam())
+    q_network = QNetwork(spec.num_actions, spec.obs_shape, args.hidden_size, network)
+    return PQN(args, sizes, spec, q_network, optimizer)
+
+
+def init_state(pqn: PQN, key: jax.Array) -> RunnerState:
+    """The state of one seed before the first iteration."""
+    key, params_key, reset_key = jax.random.split(key, 3)
+    num_envs, spec = pqn.args.num_envs, pqn.spec
+    params = pqn.network.init(params_key, jnp.zeros((1, spec.obs_dim)))
+    obs, env_state = jax.vmap(spec.env.reset, in_axes=(0, None))(
+        jax.random.split(reset_key, num_envs), spec.env_params
+    )
+    return RunnerState(
+        params=params,
+        opt_state=pqn.optimizer.init(params),
+        env_state=env_state,
+        obs=flatten_obs(obs),  # [N, obs_dim]
+        episode_return=jnp.zeros(num_envs),
+        episode_length=jnp.zeros(num_envs, jnp.int32),
+        key=key,
+    )
+
+
+def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    pqn = build_pqn(args)
+
+    def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
+        indices = jnp.arange(pqn.sizes.num_iterations)
+        return jax.lax.scan(functools.partial(iteration, pqn), init_state(pqn, key), indices)
+
+    return train
+
+
+# ===== 7. The evaluation policy, and PQN as the run harness sees it ==================
+
+
+def greedy_action(pqn: PQN, params: Params, obs: jax.Array) -> jax.Array:
+    """The evaluation policy: argmax_a Q(obs, a), no exploration. [E, *obs_shape] -> [E]."""
+    return jnp.argmax(pqn.network.apply(params, flatten_obs(obs)), axis=-1)
+
+
+def make_algorithm(args: Args) -> Algorithm:
+    """PQN for the run harness (its fields are explained there); ArgsError for a bad flag."""
+    pqn = build_pqn(args)
+    return Algorithm(
+        name="PQN",
+        sizes=pqn.sizes,
+        env=pqn.spec.env,
+        env_params=pqn.spec.env_params,
+        num_units=pqn.sizes.num_iterations,  # one unit, one logged point: an iteration
+        steps_per_unit=pqn.sizes.batch_size,
+        init=functools.partial(init_state, pqn),
+        run_unit=functools.partial(iteration, pqn),
+        metric_tags=METRIC_TAGS,
+        model=lambda state: state.params,  # what --save-model writes: the Q-network
+        act=functools.partial(greedy_action, pqn),
+    )
+
+
+# ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
+# It drives the Algorithm above through its fields alone. All seeds train in one program, their
+# axis sharded over the devices, in compiled chunks; between two chunks it logs and checkpoints.
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, fields
+
+import flax.serialization
+import tyro
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+class Algorithm(NamedTuple):
+    """What the harness needs from a script (its make_algorithm builds one). A unit is the
+    algorithm's step between two logged points (PPO: an iteration); a chunk runs several."""
+
+    name: str
+    sizes: NamedTuple  # the derived sizes, written to args.json
+    env: Any  # the gymnax environment and its params: evaluation episodes, video
+    env_params: Any
+    num_units: int
+    steps_per_unit: int  # env steps of one unit, per seed
+    init: Callable[[jax.Array], Any]  # key -> the state of one seed
+    run_unit: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, unit index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (float metrics; episodic_return too)
+    model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
+    act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
+    mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
+    state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
+
+
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+# Flags of the machine a run happens to run on: never read back from a run's args.json.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", "coordinator_address",
+    "num_processes", "process_id"}  # fmt: skip
+# Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
+RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
+    "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
+
+
+class ArgsError(ValueError):
+    """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
+
+
+def require(condition: bool, message: str) -> None:
+    """The one validation helper: every check of a flag raises ArgsError(message) through it."""
+    if not condition:
+        raise ArgsError(message)
+
+
+def require_positive(args: Args, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+def start_jax(args: Args) -> None:
+    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
+        jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
+            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
+
+
+# --- Run directories ------------------------------------------------------------------
+
+
+class Run(NamedTuple):
+    """One training of all seeds: what it writes where, and how its seeds lie on the devices."""
+
+    args: Args
+    algo: Algorithm
+    seeds: list[int]
+    dirs: list[Path]  # one run directory per seed
+    units_per_chunk: int
+    num_chunks: int  # every chunk has work; only the last may be partly masked
+    mesh: Mesh  # its axis "seeds" splits the seeds over the devices
+    slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
+
+
+def plan_chunks(num_units: int, num_chunks: int) -> tuple[int, int]:
+    """(units per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    units_per_chunk = math.ceil(num_units / min(num_chunks, num_units))
+    return units_per_chunk, math.ceil(num_units / units_per_chunk)
+
+
+def args_from_json(path: Path) -> Args:
+    saved = json.loads(path.read_text())
+    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
+
+
+def resume_args(given: Args) -> Args:
+    """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
+    if given.resume is None:
+        return given
+    record = Path(given.resume) / "args.json"
+    require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
+    args, defaults = args_from_json(record), Args()
+    for name in (f.name for f in fields(Args)):
+        value, before = getattr(given, name), getattr(args, name)
+        if name in RESUME_MAY_CHANGE and value != getattr(defaults, name):
+            setattr(args, name, value)
+        conflict = (
+            f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
+        )
+        require(value in (getattr(defaults, name), before) or name in RESUME_MAY_CHANGE, conflict)
+    return args
+
+
+def open_run(args: Args) -> Run:
+    """Check the flags, then make a new run's directories (one per seed; args.json holds the Args,
+    the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
+    require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
+    require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
+    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar is drawn here
+        renderable = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar")
+        require(renderable, f"--capture-video renders classic-control and MinAtar envs, not {args.env_id}")
+        needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
+        require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
+    algo = make_algorithm(args)
+    mesh = algo.mesh
+    if mesh is None:  # the fewest devices that spread the seeds most evenly
+        per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
+        devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
+        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
+    slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    seeds = list(range(args.seed, args.seed + args.num_seeds))
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_units, args.num_chunks), mesh, slots)
+    if args.resume is not None:  # found through args.json, whatever the directories are called now
+        record = json.loads((Path(args.resume) / "args.json").read_text())
+        dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
+        dirs[seeds.index(record["run_seed"])] = Path(args.resume)
+        missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
+        require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
+        return run._replace(dirs=dirs)
+    stamp = int(time.time())
+    if jax.process_count() > 1:  # every process names the directories with process 0's time
+        stamp = int(multihost_utils.broadcast_one_to_all(np.int32(stamp)))
+    names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    for seed, name in zip(seeds, names, strict=True):
+        if jax.process_index() == 0:  # in a multi-process run, process 0 writes
+            (Path(args.output_dir) / name).mkdir(parents=True)
+            record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
+            record["sizes"] = algo.sizes._asdict()
+            (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
+    return run._replace(dirs=[Path(args.output_dir) / name for name in names])
+
+
+# --- Checkpoints and the state on the devices -----------------------------------------
+
+
+def save_checkpoint(run_dir: Path, units_done: int, global_step: int, state_of_seed: Any) -> None:
+    """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
+    place); then all but the two newest are deleted. A crash always leaves one that reads."""
+    path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
+    path.parent.mkdir(exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(flax.serialization.to_bytes({"units_done": units_done, "state": state_of_seed}))
+    os.replace(temporary, path)
+    for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
+        old.unlink()
+
+
+def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
+    """(units done, the state of one seed); ValueError when the file does not read as one."""
+    try:
+        saved = flax.serialization.msgpack_restore(path.read_bytes())
+        restored = flax.serialization.from_state_dict({"units_done": 0, "state": template}, saved)
+    except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
+        raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
+        raise ValueError(f"{path}: its arrays do not fit this run's state")
+    return int(restored["units_done"]), restored["state"]
+
+
+def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
+    """(units done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    if run.args.resume is None:
+        return 0, None
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    names = {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}
+    errors = []
+    for name in sorted(names, reverse=True):
+        try:
+            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
+            return loaded[0][0], [state for _, state in loaded]
+        except ValueError as error:
+            errors.append(str(error))
+    reasons = "; ".join(errors) or "there is none"
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
+
+
+def pad_seeds(tree: Any, slots: int) -> Any:
+    """[S, ...] -> [slots, ...]: the extra slots repeat the seeds; their results are discarded."""
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def seed_slice(tree: Any, i: int) -> Any:
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def initial_state(run: Run, restored: list[Any] | None) -> Any:
+    """Every seed's state on the devices, leaves [slots, ...]: new (init) or restored. The seed axis
+    lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
+    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
+    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    if restored is None:
+        keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+        return jax.jit(jax.vmap(run.algo.init, spmd_axis_name="seeds"), out_shardings=shardings)(keys)
+    host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
+    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
+
+
+# --- The compiled chunk, and the driver around it -------------------------------------
+
+
+def run_chunk(algo: Algorithm, units_per_chunk: int, state: Any, first_unit: jax.Array) -> tuple[Any, Any]:
+    """units_per_chunk units of one seed; those past the end (last chunk) are skipped, their
+    metrics NaN. first_unit is not batched over seeds, so the skip stays a real branch."""
+    _, metrics = jax.eval_shape(algo.run_unit, state, first_unit)
+
+    def skip(s: Any, unit: jax.Array) -> tuple[Any, Any]:
+        return s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics)
+
+    def maybe_run(s: Any, unit: jax.Array) -> tuple[Any, Any]:
+        return jax.lax.cond(unit < algo.num_units, algo.run_unit, skip, s, unit)
+
+    return jax.lax.scan(maybe_run, state, first_unit + jnp.arange(units_per_chunk))
+
+
+def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
+    """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
+    The state is not donated: on XLA CPU that made the chunks slower (docs/benchmarks.md)."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    per_seed = functools.partial(run_chunk, run.algo, run.units_per_chunk)
+    chunk = jax.vmap(per_seed, (0, None), spmd_axis_name="seeds")
+    replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
+    start = time.perf_counter()
+    compiled = jax.jit(chunk, in_shardings=(shardings, replicated), out_shardings=(shardings, by_seed))
+    compiled = compiled.lower(state, np.int32(0)).compile()
+    seconds, steps = time.perf_counter() - start, run.units_per_chunk * run.algo.steps_per_unit
+    where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+    if jax.process_index() == 0:
+        print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
+    return compiled
+
+
+@contextlib.contextmanager
+def stop_signals_caught() -> Iterator[list[int]]:
+    """Inside, Ctrl-C and SIGTERM are remembered, not raised: the driver finishes the chunk in
+    flight, checkpoints and exits. Yields the list of the signals received."""
+    received: list[int] = []
+
+    def remember(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def train_chunks(run: Run, chunk: Callable, state: Any, units_done: int, stop: list[int]) -> tuple[Any, list]:
+    """The remaining chunks. After each: the non-finite check, the logs, the checkpoints, a
+    progress line, and a clean exit if a stop signal came."""
+    algo, steps_per_unit, main_process = run.algo, run.algo.steps_per_unit, jax.process_index() == 0
+    loggers = [RunLogger(d, run.args, units_done * steps_per_unit) for d in run.dirs] if main_process else []
+    start, steps_at_start = time.perf_counter(), units_done * steps_per_unit
+    for index in range(units_done // run.units_per_chunk, run.num_chunks):
+        first = index * run.units_per_chunk
+        num_valid = min(run.units_per_chunk, algo.num_units - first)
+        chunk_start = time.perf_counter()
+        state, metrics = chunk(state, np.int32(first))
+        # [S, U]: the real seeds (not the padding), the units that ran
+        metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
+        sps = num_valid * steps_per_unit / (time.perf_counter() - chunk_start)  # per seed
+        host_state, step = to_host(state), (first + num_valid) * steps_per_unit
+        if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+            where = f"between steps {first * steps_per_unit:,} and {step:,}"
+            kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
+        for i, logger in enumerate(loggers):
+            for u in range(num_valid):
+                values = {tag: float(getattr(metrics, name)[i, u]) for name, tag in algo.metric_tags.items()}
+                rate = {"charts/SPS": sps} if u == num_valid - 1 else {}  # once per chunk
+                logger.log((first + u + 1) * steps_per_unit, values | rate)
+            logger.flush()
+            save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
+        elapsed, total = time.perf_counter() - start, algo.num_units * steps_per_unit
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, U/4]: the chunk's last quarter
+        latest = np.nanmean(recent) if np.isfinite(recent).any() else float("nan")
+        if main_process:
+            bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
+            print(f"{line} | {elapsed:6.1f}s", flush=True)
+        stopping = bool(stop)
+        if jax.process_count() > 1:  # a signal to any process stops all of them together
+            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
+        if stopping and index < run.num_chunks - 1:
+            for logger in loggers:
+                logger.close()
+            if main_process:
+                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+                print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+            sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    if main_process:
+        steps, seconds = algo.num_units * steps_per_unit - steps_at_start, time.perf_counter() - start
+        rate = f"{steps / seconds:,.0f} SPS per seed"
+        print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
+    return state, loggers
+
+
+# --- Logging --------------------------------------------------------------------------
+
+
+class RunLogger:
+    """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
+
+    def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
+        from tensorboardX import SummaryWriter  # imported here, like every module only outputs need
+
+        jsonl = run_dir / "metrics.jsonl"
+        if jsonl.exists():  # resumed: drop what the run logged after its checkpoint
+            lines = jsonl.read_text().splitlines(keepends=True)
+            jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step))
+        # purge_step: TensorBoard hides the events written after the checkpoint, as above
+        self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
+        self.jsonl = open(jsonl, "a")  # noqa: SIM115 (open for the whole run)
+        self.wandb_run = None
+        if args.track:
+            import wandb
+
+            record = json.loads((run_dir / "args.json").read_text())
+            self.wandb_run = wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                name=record["run_name"],
+                id=record["run_name"],
+                resume="allow",
+                dir=str(run_dir),
+                config=record,
+                reinit="create_new",
+            )
+
+    def log(self, global_step: int, values: dict[str, float]) -> None:
+        values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+        if not values:
+            return
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step)
+        self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log({**values, "global_step": global_step})
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self.jsonl.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.jsonl.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+# --- Evaluation and the outputs of a finished run -------------------------------------
+
+
+class EvalResult(NamedTuple):
+    returns: jax.Array  # [E] the return of each evaluation episode
+    lengths: jax.Array  # [E]
+    first_episode: Any  # gymnax EnvState [T_max]: episode 0's states, for the video
+
+
+class EvalCarry(NamedTuple):
+    env_state: Any  # [E]
+    obs: jax.Array  # [E, *obs_shape]
+    returns: jax.Array  # [E]
+    lengths: jax.Array  # [E]
+    running: jax.Array  # [E] bool: the episode has not ended yet
+    key: jax.Array
+
+
+def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
+    env, env_params = algo.env, algo.env_params
+    reset_key, key = jax.random.split(key)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(reset_key, num_episodes), env_params
+    )
+    zeros = jnp.zeros(num_episodes)
+    carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key)
+
+    def step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+        key, step_key = jax.random.split(c.key)
+        obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs), env_params
+        )
+        running = c.running & ~(terminated | truncated)
+        carry = EvalCarry(env_state, obs, c.returns + reward * c.running, c.lengths + c.running, running, key)
+        return carry, jax.tree.map(lambda x: x[0], c.env_state)
+
+    carry, first_episode = jax.lax.scan(step, carry, None, env_params.max_steps_in_episode)
+    return EvalResult(carry.returns, carry.lengths, first_episode)
+
+
+def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    returns = np.asarray(returns, np.float64)
+    return {
+        "returns": returns.tolist(),
+        "lengths": np.asarray(lengths).tolist(),
+        "mean": float(returns.mean()),
+        "std": float(returns.std()),
+        "episodes": len(returns),
+    }
+
+
+def finish_run(run: Run, state: Any, loggers: list[RunLogger]) -> None:
+    """The final deterministic evaluation of every seed in one program; then each seed's
+    eval.json, learning curve and, on request, model file and video."""
+    algo, args = run.algo, run.args
+
+    def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
+        return evaluate_episodes(algo, args.eval_episodes, algo.model(state_of_seed), key)
+
+    keys = pad_seeds(np.stack([jax.random.fold_in(jax.random.PRNGKey(s), 1) for s in run.seeds]), run.slots)
+    result = to_host(jax.jit(jax.vmap(evaluate, spmd_axis_name="seeds"))(state, keys))
+    models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
+    for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
+        summary = eval_summary(result.returns[i], result.lengths[i]) | {
+            "global_step": algo.num_units * algo.steps_per_unit
+        }
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        logger.close()
+        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}")
+        if models is not None:
+            (run_dir / f"{args.exp_name}.flax").write_bytes(
+                flax.serialization.to_bytes(seed_slice(models, i))
+            )
+        if args.capture_video:
+            frames = render_frames(
+                algo, args.env_id, seed_slice(result.first_episode, i), summary["lengths"][0]
+            )
+            write_gif(run_dir / "videos" / "eval.gif", frames)
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+
+
+def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
+    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically.
+
+    >>> evaluate_saved_model("runs/CartPole-v1__my_experiment__1__1700000000")["mean"]
+    """
+    args = args_from_json(Path(run_dir) / "args.json")
+    algo = make_algorithm(args)
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    model = flax.serialization.from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    result = jax.jit(functools.partial(evaluate_episodes, algo, episodes))(model, jax.random.PRNGKey(seed))
+    return eval_summary(result.returns, result.lengths)
+
+
+def plot_returns(run_dir: Path, title: str) -> None:
+    """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    points = [p for p in points if "charts/episodic_return" in p]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["global_step"] for p in points], [p["charts/episodic_return"] for p in points])
+    ax.set(xlabel="environment steps", ylabel="episodic return (training)", title=title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "episodic_return.png", dpi=100)
+    plt.close(fig)
+
+
+def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
+    """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
+    grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), env_states) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
+            np.uint8
+        )
+        grids = [np.asarray(algo.env.get_obs(state, algo.env_params)) for state in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    import gymnasium
+    from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+    gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+    gym_env.reset(seed=0)
+    set_gym_params(gym_env.unwrapped, env_id, algo.env_params)
+    frames = []
+    for state in states:
+        gym_env.unwrapped.state = get_gym_state(state, env_id)
+        if env_id == "Pendulum-v1":  # the torque arrow
+            gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+        frames.append(gym_env.render())
+    gym_env.close()
+    return frames
+
+
+def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = [Image.fromarray(frame) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+
+
+def main() -> None:
+    """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    args = tyro.cli(Args)
+    start_jax(args)
+    try:  # every bad input is reported here, in one line, before anything compiles
+        run = open_run(resume_args(args))
+        units_done, restored = restore_checkpoints(run)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    with stop_signals_caught() as stop:  # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit
+        state = initial_state(run, restored)
+        chunk = compile_chunk(run, state)
+        state, loggers = train_chunks(run, chunk, state, units_done, stop)
+    finish_run(run, state, loggers)
+
+
+if __name__ == "__main__":
+    main()
