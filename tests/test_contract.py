@@ -5,8 +5,8 @@ once and parametrised over the scripts: bad input exits 2 with one line before c
 a --resume that conflicts with the run is refused; a moved run directory resumes; a corrupt
 checkpoint falls back to the previous one, and none readable exits 2 naming the file; a
 non-finite stop keeps the checkpoints; a run writes its whole directory; a run stopped by
-Ctrl-C or SIGTERM and resumed ends bitwise equal to an uninterrupted one; the chunk plan gives
-every chunk work; seeds sharded over several devices train as on one. The runs are tiny (a
+Ctrl-C or SIGTERM and resumed ends bitwise equal to an uninterrupted one; seeds sharded over
+several devices train as on one; the chunk plan gives every chunk work. The runs are tiny (a
 few thousand steps): they check the contract, not learning.
 """
 
@@ -21,6 +21,7 @@ import signal
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pytest
 from _helpers import (
     ROOT,
@@ -344,30 +345,31 @@ def read_state(module: Any, run_dir: Path) -> tuple[int, Any]:
     return module.read_checkpoint(newest, template)
 
 
+def seed_dirs(output_dir: Path) -> list[Path]:
+    """The run directories of seeds 1, 2, 3 (their names end __{seed}__{time})."""
+    return sorted((p for p in output_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name.split("__")[-2]))
+
+
 def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_the_same(script, tmp_path):
-    """One run with every output on: TensorBoard, metrics.jsonl, the plot, eval.json, the
-    checkpoints, the model (which evaluate_saved_model reads back), the video and the wandb
-    mirror (offline). Then the same run stopped by Ctrl-C or SIGTERM: it finishes the chunk in
-    flight, checkpoints and exits 128 + the signal; its directory is moved and renamed, and
-    --resume continues it to the uninterrupted run's bits. Last, a corrupt newest checkpoint:
-    the resume falls back to the one before it."""
+    """Three seeds sharded over 2 CPU devices (padded to 4 slots), with every output on:
+    TensorBoard, metrics.jsonl, the plot, eval.json, the checkpoints, the model (which
+    evaluate_saved_model reads back), the video and the wandb mirror (offline). Then the same
+    run stopped by Ctrl-C or SIGTERM: it finishes the chunk in flight, checkpoints and exits
+    128 + the signal; its directories are moved, seed 1's is renamed, and --resume continues
+    it to the uninterrupted run's bits. The same seeds on 1 device end the same, to float
+    tolerance. Last, a corrupt newest checkpoint: the resume falls back to the one before it."""
     module, contract = load_script(script), SCRIPTS[script]
-    extra = [
-        "--save-model",
-        "--capture-video",
-        "--track",
-        "--exp-name",
-        "tiny",
-        "--output-dir",
-        str(tmp_path / "a"),
-    ]
-    result = run_script(script, *contract.run, *extra)
+    three_seeds = [*contract.run, "--num-seeds", "3", "--cpu-devices", "2"]
+    extra = ["--save-model", "--capture-video", "--track", "--exp-name", "tiny"]
+    result = run_script(script, *three_seeds, *extra, "--output-dir", str(tmp_path / "a"))
     assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path / "a")
-    assert run_dir.name.startswith(f"{contract.env_id}__tiny__1__")
+    assert "3 seed(s) on 2 device(s)" in result.stdout
+    runs = seed_dirs(tmp_path / "a")
+    run_dir = runs[0]
+    assert [d.name.split("__")[:3] for d in runs] == [[contract.env_id, "tiny", s] for s in "123"]
     record = json.loads((run_dir / "args.json").read_text())
     algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
-    assert set(record["sizes"]) == set(algo.sizes._fields) and record["seed_dirs"] == [run_dir.name]
+    assert set(record["sizes"]) == set(algo.sizes._fields) and record["seed_dirs"] == [d.name for d in runs]
     total = algo.num_units * algo.steps_per_unit
 
     points = read_jsonl(run_dir / "metrics.jsonl")
@@ -378,43 +380,59 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     losses = [v for p in points for k, v in p.items() if k.startswith("losses/")]
     assert losses and all(math.isfinite(v) for v in losses)  # gradient steps were taken
 
-    evaluation = json.loads((run_dir / "eval.json").read_text())
-    assert evaluation["episodes"] == len(evaluation["returns"]) == 4 and evaluation["global_step"] == total
-    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert checkpoints[-1] == f"step_{total:012d}.msgpack" and len(checkpoints) == 2, checkpoints
+    for seed_dir in runs:
+        evaluation = json.loads((seed_dir / "eval.json").read_text())
+        assert evaluation["episodes"] == len(evaluation["returns"]) == 4
+        assert evaluation["global_step"] == total
+        checkpoints = sorted(p.name for p in (seed_dir / "checkpoints").iterdir())
+        assert checkpoints[-1] == f"step_{total:012d}.msgpack" and len(checkpoints) == 2, checkpoints
+        check_gif(seed_dir / "videos" / "eval.gif")
     from PIL import Image
 
     with Image.open(run_dir / "episodic_return.png") as image:
         assert image.format == "PNG" and min(image.size) > 100
-    check_gif(run_dir / "videos" / "eval.gif")
     assert (run_dir / "wandb").is_dir()
     reloaded = module.evaluate_saved_model(run_dir, episodes=3)
     assert len(reloaded["returns"]) == 3 and math.isfinite(reloaded["mean"])
-    assert "compiled one chunk" in result.stdout and "eval return" in result.stdout
+    assert "eval return" in result.stdout
+    uninterrupted = [read_state(module, d) for d in runs]
 
-    process = start_script(script, *contract.run, "--output-dir", str(tmp_path / "b"))
+    process = start_script(script, *three_seeds, "--output-dir", str(tmp_path / "b"))
     out = interrupt_after_compiling(process, contract.stop_signal)
-    interrupted = only_run_dir(tmp_path / "b")
-    assert not (interrupted / "eval.json").exists()
-    units_done, _ = read_state(module, interrupted)
-    moved = tmp_path / "elsewhere" / "best_run"
-    shutil.copytree(interrupted, moved)
-    shutil.rmtree(tmp_path / "b")
     assert "--resume" in out
+    interrupted = seed_dirs(tmp_path / "b")
+    assert not (interrupted[0] / "eval.json").exists()
+    units_done, _ = read_state(module, interrupted[0])
+    shutil.copytree(tmp_path / "b", tmp_path / "elsewhere")
+    shutil.rmtree(tmp_path / "b")
+    moved = tmp_path / "elsewhere" / "best_run"
+    (tmp_path / "elsewhere" / interrupted[0].name).rename(moved)
     resumed = run_script(script, "--resume", str(moved))
     assert resumed.returncode == 0, resumed.stderr
-    a, b = read_state(module, run_dir), read_state(module, moved)
-    assert a[0] == b[0] > units_done
-    assert tree_equal(a[1], b[1]), "the resumed run differs from the uninterrupted one"
+    siblings = [moved] + [tmp_path / "elsewhere" / d.name for d in interrupted[1:]]
+    for (units_a, a), seed_dir in zip(uninterrupted, siblings, strict=True):
+        units_b, b = read_state(module, seed_dir)
+        assert units_a == units_b > units_done
+        assert tree_equal(a, b), f"{seed_dir.name}: the resumed run differs from the uninterrupted one"
     resumed_points = read_jsonl(moved / "metrics.jsonl")
     steps = [p["global_step"] for p in resumed_points if "charts/SPS" in p]
     assert steps == sorted(set(steps)) and len(resumed_points) == len(points)  # logged once each
+
+    one_device = run_script(script, *contract.run, "--num-seeds", "3", "--cpu-devices", "1",
+                            "--output-dir", str(tmp_path / "c"))  # fmt: skip
+    assert one_device.returncode == 0, one_device.stderr
+    assert "3 seed(s) on 1 device(s)" in one_device.stdout
+    for (_, a), seed_dir in zip(uninterrupted, seed_dirs(tmp_path / "c"), strict=True):
+        b = read_state(module, seed_dir)[1]
+        for x, y in zip(module.jax.tree.leaves(a), module.jax.tree.leaves(b), strict=True):
+            x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
     newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(newest.read_bytes()[:100])
     args = module.resume_args(module.Args(resume=str(moved)))
     restored_units, _ = module.restore_checkpoints(module.open_run(args))
-    assert restored_units < a[0]
+    assert restored_units < uninterrupted[0][0]
 
 
 def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, capsys, monkeypatch):
@@ -425,24 +443,3 @@ def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, caps
     run_dir = only_run_dir(tmp_path)
     assert not (run_dir / "eval.json").exists()
     assert not list(run_dir.glob("checkpoints/*.tmp"))
-
-
-def test_seeds_sharded_over_devices_train_as_on_one_device(script, tmp_path):
-    """3 seeds on 2 CPU devices (padded to 4 slots) and on 1: each seed ends the same."""
-    module, contract = load_script(script), SCRIPTS[script]
-    states = []
-    for devices in (1, 2):
-        out = tmp_path / str(devices)
-        result = run_script(
-            script, *contract.run, "--num-seeds", "3", "--cpu-devices", str(devices), "--output-dir", str(out)
-        )
-        assert result.returncode == 0, result.stderr
-        assert f"3 seed(s) on {devices} device(s)" in result.stdout
-        states.append([read_state(module, d)[1] for d in sorted(out.iterdir())])
-    import numpy as np
-
-    for one, two in zip(*states, strict=True):
-        for a, b in zip(module.jax.tree.leaves(one), module.jax.tree.leaves(two), strict=True):
-            np.testing.assert_allclose(
-                np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-5
-            )

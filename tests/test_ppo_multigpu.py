@@ -40,7 +40,14 @@ from vibe_rl import ppo_multigpu as ppo
 
 # 3 iterations of 8 envs x 16 steps, 4 minibatches (G = 1: each env gives 4 samples to each)
 TINY = dict(num_envs=8, num_steps=16, total_timesteps=3 * 8 * 16, num_minibatches=4, update_epochs=2)
-FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+
+
+def forced_devices(count: int) -> dict[str, str]:
+    """XLA_FLAGS for `count` CPU devices, on top of the flags the tests run with (conftest.py)."""
+    return {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}"}
+
+
+FOUR_DEVICES = forced_devices(4)
 COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 
 
@@ -326,7 +333,7 @@ def start_two_processes(*flags: str) -> list[subprocess.Popen]:
         command = script_command(
             "ppo_multigpu", *flags, *distributed, "--num-processes", "2", "--process-id", str(i)
         )
-        command["env"]["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        command["env"].update(forced_devices(2))
         processes.append(subprocess.Popen(**command, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     return processes
 
