@@ -123,7 +123,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def check_run_dir(run_dir: Path, tags: list[str], total_steps: int, exp_name: str) -> dict[str, Any]:
-    """Check every file DESIGN.md says a run writes; return the parsed eval.json."""
+    """Check every file a run writes (README.md, "What a run writes"); return the parsed eval.json."""
     from PIL import Image
 
     args = json.loads((run_dir / "args.json").read_text())
