@@ -99,6 +99,16 @@ def peers_python() -> str | None:
     return python if python and Path(python).exists() else None
 
 
+def purejaxrl_ready() -> bool:
+    return peers_python() is not None and bool(os.environ.get("VIBE_RL_PUREJAXRL_DIR"))
+
+
+def peer(runner: str, *flags: str) -> list[str]:
+    """A peer runner of benchmark/peers/ in the peers' venv; one greedy evaluation episode
+    (its result is not what is compared)."""
+    return [str(peers_python()), str(PEERS / runner), *flags, "--eval-episodes", "1"]
+
+
 def inprocess(script: str, *settings: str, repeats: int = 2) -> list[str]:
     command = [sys.executable, "-m", "benchmark.inprocess", script, "--repeats", str(repeats)]
     return command + [part for item in settings for part in ("--set", item)]
@@ -106,18 +116,10 @@ def inprocess(script: str, *settings: str, repeats: int = 2) -> list[str]:
 
 def compare_train(rounds: int) -> dict[str, Any]:
     variants = {"vibe_rl": inprocess("ppo_jax_scan", "num_envs=4", "num_steps=128", "total_timesteps=500000")}
-    python = peers_python()
-    if python and os.environ.get("VIBE_RL_PUREJAXRL_DIR"):
-        variants["PureJaxRL"] = [
-            python,
-            str(PEERS / "purejaxrl_ppo.py"),
-            "--repeats",
-            "2",
-            "--eval-episodes",
-            "1",
-        ]
-    if python:
-        variants["rejax"] = [python, str(PEERS / "rejax_ppo.py"), "--repeats", "2", "--eval-episodes", "1"]
+    if purejaxrl_ready():
+        variants["PureJaxRL"] = peer("purejaxrl_ppo.py", "--repeats", "2")
+    if peers_python():
+        variants["rejax"] = peer("rejax_ppo.py", "--repeats", "2")
     return interleave(variants, rounds, "train")
 
 
@@ -157,26 +159,18 @@ def compare_seeds(rounds: int, scratch: Path) -> dict[str, Any]:
                 "4",
             ]
             variants[f"vibe_rl, {seeds} seed(s), {label}"] = command
-    python = peers_python()
-    if python and os.environ.get("VIBE_RL_PUREJAXRL_DIR"):
+    if purejaxrl_ready():
         for seeds in ("1", "8"):
-            peer = [python, str(PEERS / "purejaxrl_ppo.py"), "--num-seeds", seeds, "--eval-episodes", "1"]
-            variants[f"PureJaxRL, {seeds} seed(s), vmap on one device"] = peer
+            variants[f"PureJaxRL, {seeds} seed(s), vmap on one device"] = peer(
+                "purejaxrl_ppo.py", "--num-seeds", seeds
+            )
     return interleave(variants, rounds, "seeds")
 
 
 def compare_dqn(rounds: int) -> dict[str, Any]:
     variants = {"vibe_rl": inprocess("dqn_jax", "num_envs=10")}
-    python = peers_python()
-    if python and os.environ.get("VIBE_RL_PUREJAXRL_DIR"):
-        variants["PureJaxRL"] = [
-            python,
-            str(PEERS / "purejaxrl_dqn.py"),
-            "--repeats",
-            "2",
-            "--eval-episodes",
-            "1",
-        ]
+    if purejaxrl_ready():
+        variants["PureJaxRL"] = peer("purejaxrl_dqn.py", "--repeats", "2")
     return interleave(variants, rounds, "dqn")
 
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, CountingProbe, tree_equal
+from _helpers import ConstantRewardProbe, CountingProbe, run_in_chunks, tree_equal
 
 from vibe_rl import dqn_jax as dqn
 
@@ -257,10 +257,8 @@ def test_chunked_run_equals_single_program():
     # the logged epsilon is the one of each block's last step (acting after 96, 196, ... env steps)
     expected_epsilon = [1 - 0.8 * 96 / 250, 1 - 0.8 * 196 / 250, 0.2, 0.2, 0.2]
     np.testing.assert_allclose(metrics.epsilon, expected_epsilon, rtol=1e-6)
-    state = algo.init(key)
-    chunk = jax.jit(functools.partial(dqn.run_chunk, algo, units_per_chunk))
-    for c in range(num_chunks):
-        state, chunk_metrics = chunk(state, np.int32(c * units_per_chunk))
+    state, metrics = run_in_chunks(dqn, algo, key, args.num_chunks)
+    chunk_metrics = metrics[-1]
     assert bool(jnp.isnan(chunk_metrics.td_loss[-1]))  # the skipped block
     assert tree_equal(final.buffer, state.buffer)
     for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(state.params), strict=True):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, check_vmapped_init, tree_equal
+from _helpers import ConstantRewardProbe, check_vmapped_init, run_in_chunks, tree_equal
 
 from vibe_rl import ppo_jax_scan as ppo
 
@@ -196,13 +196,10 @@ def test_chunked_run_equals_single_program():
     """The CLI's compiled chunks (the last one partly masked) train as make_train does."""
     args = ppo.Args(**TINY)  # 5 iterations -> chunks of 2, the last one skips one iteration
     algo = ppo.make_algorithm(args)
-    units_per_chunk, num_chunks = ppo.plan_chunks(algo.num_units, 3)
     key = jax.random.PRNGKey(7)
     final, _ = jax.jit(ppo.make_train(args))(key)
-    state = algo.init(key)
-    chunk = jax.jit(lambda s, first: ppo.run_chunk(algo, units_per_chunk, s, first))
-    for c in range(num_chunks):
-        state, chunk_metrics = chunk(state, jnp.asarray(c * units_per_chunk))
+    state, metrics = run_in_chunks(ppo, algo, key, 3)
+    chunk_metrics = metrics[-1]
     assert bool(jnp.isnan(chunk_metrics.value_loss[-1])) and not bool(jnp.isnan(chunk_metrics.value_loss[0]))
     for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(state.params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, CountingProbe, load_script, tree_equal
+from _helpers import ConstantRewardProbe, CountingProbe, load_script, run_in_chunks, tree_equal
 
 pqn_jax = load_script("pqn_jax")
 
@@ -206,11 +206,8 @@ def test_chunked_run_equals_single_program():
     final, _ = jax.jit(pqn_jax.make_train(args))(key)
     units_per_chunk, num_chunks = pqn_jax.plan_chunks(algo.num_units, 3)
     assert (units_per_chunk, num_chunks) == (2, 3)
-    chunk = jax.jit(lambda s, first: pqn_jax.run_chunk(algo, units_per_chunk, s, first))
-    state = algo.init(key)
-    for c in range(num_chunks):
-        state, metrics = chunk(state, jnp.asarray(c * units_per_chunk))
-    assert bool(jnp.isnan(metrics.td_loss[-1])) and bool(jnp.isfinite(metrics.td_loss[0]))
+    state, metrics = run_in_chunks(pqn_jax, algo, key, 3)
+    assert bool(jnp.isnan(metrics[-1].td_loss[-1])) and bool(jnp.isfinite(metrics[-1].td_loss[0]))
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 

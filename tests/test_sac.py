@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _helpers import AsymmetricBoxProbe, ConstantRewardProbe, load_script, tree_equal
+from _helpers import AsymmetricBoxProbe, ConstantRewardProbe, load_script, run_in_chunks, tree_equal
 
 sac = load_script("sac_jax")
 
@@ -331,15 +331,10 @@ def test_chunked_run_equals_single_program():
     """The harness's chunks (the CLI's program) end where make_train's single scan ends."""
     args = tiny_args(total_timesteps=350, num_chunks=3)  # 7 blocks: chunks of 3, the last masks 2
     algo = sac.make_algorithm(args)
-    units_per_chunk, num_chunks = sac.plan_chunks(algo.num_units, args.num_chunks)
-    assert (algo.num_units, units_per_chunk, num_chunks) == (7, 3, 3)
+    assert (algo.num_units, *sac.plan_chunks(algo.num_units, args.num_chunks)) == (7, 3, 3)
     key = jax.random.PRNGKey(7)
     final, metrics = jax.jit(sac.make_train(args))(key)
-    chunk = jax.jit(functools.partial(sac.run_chunk, algo, units_per_chunk))
-    state, chunk_metrics = algo.init(key), []
-    for c in range(num_chunks):
-        state, m = chunk(state, jnp.int32(c * units_per_chunk))
-        chunk_metrics.append(m)
+    state, chunk_metrics = run_in_chunks(sac, algo, key, args.num_chunks)
     chunked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunk_metrics)  # [9]
     assert np.isnan(chunked.qf_loss[7:]).all()  # the masked units
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):
