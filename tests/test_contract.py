@@ -275,6 +275,18 @@ def test_bad_input_from_the_shell(script):
     assert result.stderr.count("\n") == 1 and "is not a gymnax environment" in result.stderr
 
 
+def test_track_without_a_wandb_login_exits_2_before_compiling(script, tmp_path, capsys, monkeypatch):
+    """--track with no key (nor WANDB_MODE=offline) used to fail in wandb.init, after compiling."""
+    for variable in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_MODE_OFFLINE", "NETRC"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc holds a key
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
+    flags = ["--track", "--output-dir", str(tmp_path / "runs")]
+    code, err = exit_of_main(load_script(script), flags, monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1 and "--track: No API key configured" in err, err
+    assert not (tmp_path / "runs").exists()  # refused before any directory was made
+
+
 def fake_run(parent: Path, script: str, **saved: Any) -> Path:
     """A run directory whose args.json holds `saved`: enough for the checks of --resume that
     come before any checkpoint is read."""
