@@ -28,10 +28,16 @@ def load_script(name: str) -> ModuleType:
     return importlib.import_module(f"vibe_rl.{name}")
 
 
+def session_cache() -> list[str]:
+    """The flag that points a script at the session's compilation cache (conftest.py)."""
+    cache = os.environ.get("VIBE_RL_TEST_JAX_CACHE")
+    return ["--jax-cache-dir", cache] if cache else []
+
+
 def script_command(name: str, *flags: str) -> dict[str, Any]:
     """Popen/run keywords for `python vibe_rl/{name}.py FLAGS` from the repository root."""
     return dict(
-        args=[sys.executable, str(ROOT / "vibe_rl" / f"{name}.py"), *flags],
+        args=[sys.executable, str(ROOT / "vibe_rl" / f"{name}.py"), *flags, *session_cache()],
         cwd=ROOT,
         text=True,
         env={**os.environ, "WANDB_MODE": "offline"},
@@ -79,7 +85,7 @@ def interrupt_after_compiling(process: subprocess.Popen, signum: int = signal.SI
 
 def exit_of_main(module: ModuleType, flags: list[str], monkeypatch: Any, capsys: Any) -> tuple[int, str]:
     """Call a script's main() with FLAGS as its command line; (exit status, stderr)."""
-    monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags])
+    monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags, *session_cache()])
     with pytest.raises(SystemExit) as exit_info:
         module.main()
     return exit_info.value.code, capsys.readouterr().err

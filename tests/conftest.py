@@ -1,19 +1,34 @@
 """The default run (`pytest -q`) is bound by XLA compiling many small programs, each run for a
 few thousand steps: it compiles them with XLA's cheaper backend settings (about a third less
 compile time). Processes the tests start inherit them. The learning tests (`-m slow`), which
-train for minutes, keep XLA's defaults, as users run them."""
+train for minutes, keep XLA's defaults, as users run them.
+
+The scripts' persistent compilation cache is, for the tests, a fresh directory per session
+(never the user's ~/.cache/vibe_rl/jax): a session compiles as on a new machine, and a run
+its test repeats (stopped, resumed) loads what the first run compiled."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
+OWN_CACHE = pytest.StashKey[bool]()
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if "VIBE_RL_TEST_JAX_CACHE" not in os.environ:  # xdist workers inherit the controller's
+        os.environ["VIBE_RL_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="vibe_rl-test-jax-cache-")
+        config.stash[OWN_CACHE] = True
     flags = os.environ.get("XLA_FLAGS", "")
     if "slow" in config.option.markexpr.replace("not slow", "") or FAST_COMPILE in flags:
         return  # a learning run is compiled as a user's would be; xdist workers inherit the flags
     os.environ["XLA_FLAGS"] = f"{flags} {FAST_COMPILE}".strip()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(OWN_CACHE, False):
+        shutil.rmtree(os.environ.pop("VIBE_RL_TEST_JAX_CACHE"), ignore_errors=True)
