@@ -857,6 +857,7 @@ import os
 import signal
 import sys
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 
@@ -911,8 +912,29 @@ def require_positive(args: Args, *names: str) -> None:
         require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
+class Deferred(types.ModuleType):
+    """Stands in sys.modules for a module not imported yet, and imports it when one of its
+    attributes is first read. (importlib's LazyLoader loads at the next import statement.)"""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def defer_imports(*names: str) -> None:
+    for name in names:
+        spec = None if name in sys.modules else importlib.util.find_spec(name)
+        if spec is not None:
+            sys.modules[name] = Deferred(name)
+            sys.modules[name].__spec__ = spec
+
+
 def start_jax(args: Args) -> None:
     """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    # gymnax imports matplotlib.pyplot and seaborn (with scipy) for renderers of envs it never
+    # draws here: ~2 s of every start. They load when first used (the plot), if ever.
+    defer_imports("matplotlib.pyplot", "seaborn")
     if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
@@ -1159,8 +1181,12 @@ def train_chunks(run: Run, chunk: Callable, state: Any, units_done: int, stop: l
             kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
             sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
         for i, logger in enumerate(loggers):
+            columns = {
+                tag: getattr(metrics, name)[i].astype(float).tolist()
+                for name, tag in algo.metric_tags.items()
+            }
             for u in range(num_valid):
-                values = {tag: float(getattr(metrics, name)[i, u]) for name, tag in algo.metric_tags.items()}
+                values = {tag: column[u] for tag, column in columns.items()}  # Python floats
                 rate = {"charts/SPS": sps} if u == num_valid - 1 else {}  # once per chunk
                 logger.log((first + u + 1) * steps_per_unit, values | rate)
             logger.flush()
@@ -1393,10 +1419,14 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
 
 
 def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    """One palette for the whole episode, from a sample of its frames: PIL's default, a palette
+    searched per frame, takes ~10x longer (seconds per video)."""
     from PIL import Image
 
+    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
+    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
     path.parent.mkdir(parents=True, exist_ok=True)
-    images = [Image.fromarray(frame) for frame in frames]
     images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
 
 
