@@ -34,13 +34,20 @@ def session_cache() -> list[str]:
     return ["--jax-cache-dir", cache] if cache else []
 
 
+def subprocess_env(extra_xla_flags: str = "") -> dict[str, str]:
+    """The environment of a process a test starts: this one's (with the XLA_FLAGS of
+    conftest.py), wandb offline, and extra_xla_flags."""
+    flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), extra_xla_flags) if f)
+    return {**os.environ, "WANDB_MODE": "offline", "XLA_FLAGS": flags}
+
+
 def script_command(name: str, *flags: str) -> dict[str, Any]:
     """Popen/run keywords for `python vibe_rl/{name}.py FLAGS` from the repository root."""
     return dict(
         args=[sys.executable, str(ROOT / "vibe_rl" / f"{name}.py"), *flags, *session_cache()],
         cwd=ROOT,
         text=True,
-        env={**os.environ, "WANDB_MODE": "offline"},
+        env=subprocess_env(),
     )
 
 

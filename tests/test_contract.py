@@ -49,6 +49,8 @@ class Contract(NamedTuple):
     stop_signal: int  # the signal its resume test sends (SIGINT for some scripts, SIGTERM for the others)
     bad_inputs: list[tuple[list[str], str]]  # its own bad flags -> the message's start
     budgets: Any  # (total_timesteps, num_envs) -> Args overrides for the chunk-plan property
+    # how far a seed's final state may lie from the same seed's on another number of devices
+    device_atol: float = 1e-4
 
 
 def flags(**values: Any) -> list[str]:
@@ -111,11 +113,12 @@ SCRIPTS = {
     ),
     "sac_jax": Contract(
         env_id="Pendulum-v1",
-        # learning starts late (10 gradient steps): seeds sharded over 1 and 2 devices start off
-        # within float rounding, and SAC's gradient steps amplify it (1e-2 after 2800 of them)
+        # short, and learning starts late (10 gradient steps): seeds sharded over 1 and 2
+        # devices start off within float rounding, and Pendulum's steps and SAC's gradient
+        # steps amplify it (1e-2 after 3000 steps)
         run=flags(
-            total_timesteps=3000,
-            learning_starts=2990,
+            total_timesteps=600,
+            learning_starts=590,
             batch_size=32,
             hidden_size=32,
             num_chunks=30,
@@ -137,6 +140,10 @@ SCRIPTS = {
             (flags(alpha=-0.1) + ["--no-autotune"], "--alpha and --learning-starts must be >= 0"),
         ],
         budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, learning_starts=0),
+        # With the suite's compile flags (conftest.py), Pendulum's dynamics round differently
+        # with the number of seeds a device holds (3 vs 2 here), and its trajectories drift
+        # apart (2e-4 after 600 steps); a mixed-up seed differs by O(1).
+        device_atol=1e-3,
     ),
     "pqn_jax": Contract(
         env_id="CartPole-v1",
@@ -365,14 +372,18 @@ def seed_dirs(output_dir: Path) -> list[Path]:
 def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_the_same(script, tmp_path):
     """Three seeds sharded over 2 CPU devices (padded to 4 slots), with every output on:
     TensorBoard, metrics.jsonl, the plot, eval.json, the checkpoints, the model (which
-    evaluate_saved_model reads back), the video and the wandb mirror (offline). Then the same
-    run stopped by Ctrl-C or SIGTERM: it finishes the chunk in flight, checkpoints and exits
-    128 + the signal; its directories are moved, seed 1's is renamed, and --resume continues
-    it to the uninterrupted run's bits. The same seeds on 1 device end the same, to float
-    tolerance. Last, a corrupt newest checkpoint: the resume falls back to the one before it."""
+    evaluate_saved_model reads back), the video and (ppo_jax_scan) the wandb mirror. Then the
+    same run stopped by Ctrl-C or SIGTERM: it finishes the chunk in flight, checkpoints and
+    exits 128 + the signal; its directories are moved, seed 1's is renamed, and --resume
+    continues it to the uninterrupted run's bits. The same seeds on 1 device end the same, to
+    float tolerance. Last, a corrupt newest checkpoint: the resume falls back to the one
+    before it."""
     module, contract = load_script(script), SCRIPTS[script]
     three_seeds = [*contract.run, "--num-seeds", "3", "--cpu-devices", "2"]
-    extra = ["--save-model", "--capture-video", "--track", "--exp-name", "tiny"]
+    # The wandb mirror is harness code, the same text in every script, and wandb's offline
+    # service takes seconds per run: one script checks it.
+    track = ["--track"] if script == "ppo_jax_scan" else []
+    extra = ["--save-model", "--capture-video", *track, "--exp-name", "tiny"]
     result = run_script(script, *three_seeds, *extra, "--output-dir", str(tmp_path / "a"))
     assert result.returncode == 0, result.stderr
     assert "3 seed(s) on 2 device(s)" in result.stdout
@@ -403,7 +414,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
 
     with Image.open(run_dir / "episodic_return.png") as image:
         assert image.format == "PNG" and min(image.size) > 100
-    assert (run_dir / "wandb").is_dir()
+    assert (run_dir / "wandb").is_dir() == bool(track)
     reloaded = module.evaluate_saved_model(run_dir, episodes=3)
     assert len(reloaded["returns"]) == 3 and math.isfinite(reloaded["mean"])
     assert "eval return" in result.stdout
@@ -438,7 +449,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
         b = read_state(module, seed_dir)[1]
         for x, y in zip(module.jax.tree.leaves(a), module.jax.tree.leaves(b), strict=True):
             x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(x, y, rtol=1e-3, atol=contract.device_atol)
 
     newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(newest.read_bytes()[:100])

@@ -260,8 +260,7 @@ def test_chunked_run_equals_single_program():
     state, metrics = run_in_chunks(dqn, algo, key, args.num_chunks)
     chunk_metrics = metrics[-1]
     assert bool(jnp.isnan(chunk_metrics.td_loss[-1]))  # the skipped block
-    assert tree_equal(final.buffer, state.buffer)
-    for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(state.params), strict=True):
+    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):  # buffer included
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

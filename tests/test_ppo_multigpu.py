@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import socket
 import subprocess
@@ -33,6 +32,7 @@ from _helpers import (
     run_in_chunks,
     run_script,
     script_command,
+    subprocess_env,
     tree_equal,
 )
 
@@ -44,8 +44,8 @@ TINY = dict(num_envs=8, num_steps=16, total_timesteps=3 * 8 * 16, num_minibatche
 
 
 def forced_devices(count: int) -> dict[str, str]:
-    """XLA_FLAGS for `count` CPU devices, on top of the flags the tests run with (conftest.py)."""
-    return {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}"}
+    """The environment of a started process with `count` CPU devices (and the tests' flags)."""
+    return subprocess_env(f"--xla_force_host_platform_device_count={count}")
 
 
 FOUR_DEVICES = forced_devices(4)
@@ -147,7 +147,7 @@ def four_devices(tmp_path_factory) -> Path:
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, **FOUR_DEVICES},
+        env=FOUR_DEVICES,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
@@ -267,7 +267,9 @@ def test_target_kl_logs_the_last_epoch_that_ran():
     _, stopped = jax.jit(ppo.make_train(ppo.Args(**{**TINY, "update_epochs": 3}, target_kl=0.0)))(key)
     _, one_epoch = jax.jit(ppo.make_train(ppo.Args(**{**TINY, "update_epochs": 1})))(key)
     for name in ppo.Metrics._fields:
-        np.testing.assert_allclose(getattr(stopped, name), getattr(one_epoch, name), rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            getattr(stopped, name), getattr(one_epoch, name), rtol=1e-5, atol=1e-6, err_msg=name
+        )
     assert np.isfinite(np.asarray(stopped.value_loss)).all()
 
 

