@@ -2,9 +2,9 @@
 few thousand steps: it compiles them with XLA's cheaper backend settings and without XLA
 CPU's fusion emitters, in this process and in the processes it starts. That halves the
 suite's compile time; the programs run up to 2x slower, which tiny runs do not feel, and
-they round differently from XLA's defaults (so tests that compare two different programs do
-it to float rounding, not bit for bit; the same program, e.g. a resumed run, is compared bit
-for bit). The learning tests (`-m slow`), which train for minutes, keep XLA's defaults, as
+they round differently from XLA's defaults (so the tests that compare two different programs
+whose bits these flags change do it to float rounding; the same program, e.g. a resumed run,
+is compared bit for bit). The learning tests (`-m slow`), which train for minutes, keep XLA's defaults, as
 users run them.
 
 The scripts' persistent compilation cache is, for the tests, a fresh directory per session

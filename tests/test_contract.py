@@ -115,7 +115,7 @@ SCRIPTS = {
         env_id="Pendulum-v1",
         # short, and learning starts late (10 gradient steps): seeds sharded over 1 and 2
         # devices start off within float rounding, and Pendulum's steps and SAC's gradient
-        # steps amplify it (1e-2 after 3000 steps)
+        # steps amplify it (see device_atol)
         run=flags(
             total_timesteps=600,
             learning_starts=590,
