@@ -18,6 +18,7 @@ import math
 import re
 import shutil
 import signal
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,6 +34,7 @@ from _helpers import (
     read_events,
     read_jsonl,
     run_script,
+    session_cache,
     start_script,
     tree_equal,
 )
@@ -456,6 +458,35 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     args = module.resume_args(module.Args(resume=str(moved)))
     restored_units, _ = module.restore_checkpoints(module.open_run(args))
     assert restored_units < uninterrupted[0][0]
+
+
+def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeypatch):
+    """train_chunks dispatches chunk k+1 before it checkpoints chunk k, so the logging and the
+    checkpoints overlap the training. The harness is the same in every script: one suffices."""
+    module, events = load_script("ppo_jax_scan"), []
+    compile_chunk, save_checkpoint = module.compile_chunk, module.save_checkpoint
+
+    def recording_compile_chunk(run: Any, state: Any) -> Any:
+        chunk = compile_chunk(run, state)
+
+        def dispatch(state: Any, first_unit: np.int32) -> Any:
+            events.append(("dispatch", int(first_unit)))
+            return chunk(state, first_unit)
+
+        return dispatch
+
+    def recording_save_checkpoint(run_dir: Path, units_done: int, *rest: Any) -> None:
+        events.append(("checkpoint", units_done))
+        save_checkpoint(run_dir, units_done, *rest)
+
+    monkeypatch.setattr(module, "compile_chunk", recording_compile_chunk)
+    monkeypatch.setattr(module, "save_checkpoint", recording_save_checkpoint)
+    few_chunks = [*SCRIPTS["ppo_jax_scan"].run, "--num-chunks", "4", "--output-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *few_chunks, *session_cache()])
+    module.main()
+    # 30 iterations in 4 chunks of 8: dispatch 0, dispatch 8, checkpoint 8, dispatch 16, ...
+    assert events == [("dispatch", 0), ("dispatch", 8), ("checkpoint", 8), ("dispatch", 16),
+        ("checkpoint", 16), ("dispatch", 24), ("checkpoint", 24), ("checkpoint", 30)]  # fmt: skip
 
 
 def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, capsys, monkeypatch):

@@ -615,6 +615,7 @@ def make_algorithm(args: Args) -> Algorithm:
 # axis sharded over the devices, in compiled chunks; between two chunks it logs and checkpoints.
 
 import contextlib
+import importlib
 import importlib.util
 import json
 import os
@@ -623,6 +624,7 @@ import sys
 import time
 import types
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
 
 import flax.serialization
@@ -630,6 +632,8 @@ import tyro
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from tensorboardX import SummaryWriter
+from tensorboardX.proto.summary_pb2 import Summary
 
 
 class Algorithm(NamedTuple):
@@ -681,9 +685,14 @@ class Deferred(types.ModuleType):
     attributes is first read. (importlib's LazyLoader loads at the next import statement.)"""
 
     def __getattr__(self, name: str) -> Any:
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), name)
+        return getattr(import_module(self.__name__), name)
+
+
+def import_module(name: str) -> types.ModuleType:
+    """importlib.import_module, which also loads a module that defer_imports put off."""
+    if isinstance(sys.modules.get(name), Deferred):
+        sys.modules.pop(name, None)
+    return importlib.import_module(name)
 
 
 def defer_imports(*names: str) -> None:
@@ -859,6 +868,22 @@ def seed_slice(tree: Any, i: int) -> Any:
     return jax.tree.map(lambda x: x[i], tree)
 
 
+# --- The compiled programs: init, one chunk, the final evaluation ----------------------
+
+
+def seeds_program(per_seed: Callable, inputs: tuple, in_axes: Any = 0, once: bool = False, **jit: Any) -> Any:
+    """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
+    the inputs (arrays or jax.ShapeDtypeStruct). A program that runs once (init, evaluate) compiles
+    in about half the time without XLA's optimisations, and still runs in milliseconds."""
+    lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
+    return lowered.compile({"xla_backend_optimization_level": 0} if once else None)
+
+
+def seed_keys(run: Run) -> np.ndarray:
+    """[slots, 2]: each seed's key, jax.random.PRNGKey(seed) (the padding slots repeat them)."""
+    return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+
+
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
     """Every seed's state on the devices, leaves [slots, ...]: new (init) or restored. The seed axis
     lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
@@ -867,13 +892,10 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
     shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
-        keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
-        return jax.jit(jax.vmap(run.algo.init, spmd_axis_name="seeds"), out_shardings=shardings)(keys)
+        keys = seed_keys(run)
+        return seeds_program(run.algo.init, (keys,), once=True, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
-
-
-# --- The compiled chunk, and the driver around it -------------------------------------
 
 
 def run_chunk(algo: Algorithm, units_per_chunk: int, state: Any, first_unit: jax.Array) -> tuple[Any, Any]:
@@ -894,17 +916,29 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
     """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
     The state is not donated: on XLA CPU that made the chunks slower (docs/benchmarks.md)."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
-    per_seed = functools.partial(run_chunk, run.algo, run.units_per_chunk)
-    chunk = jax.vmap(per_seed, (0, None), spmd_axis_name="seeds")
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
-    start = time.perf_counter()
-    compiled = jax.jit(chunk, in_shardings=(shardings, replicated), out_shardings=(shardings, by_seed))
-    compiled = compiled.lower(state, np.int32(0)).compile()
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.units_per_chunk)
+    jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
+    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), **jit)
     seconds, steps = time.perf_counter() - start, run.units_per_chunk * run.algo.steps_per_unit
     where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
     if jax.process_index() == 0:
         print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
     return compiled
+
+
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
+    """(state, keys [slots, 2]) -> every seed's final deterministic evaluation, leaves [slots, ...]."""
+    algo, keys = run.algo, seed_keys(run)
+
+    def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
+        return evaluate_episodes(algo, run.args.eval_episodes, algo.model(state_of_seed), key)
+
+    keys = jax.ShapeDtypeStruct(keys.shape, keys.dtype, sharding=NamedSharding(run.mesh, P("seeds")))
+    return seeds_program(evaluate, (state, keys), once=True)
+
+
+# --- The driver: chunks, and the outputs written between them -------------------------
 
 
 @contextlib.contextmanager
@@ -926,19 +960,24 @@ def stop_signals_caught() -> Iterator[list[int]]:
 
 
 def train_chunks(run: Run, chunk: Callable, state: Any, units_done: int, stop: list[int]) -> tuple[Any, list]:
-    """The remaining chunks. After each: the non-finite check, the logs, the checkpoints, a
-    progress line, and a clean exit if a stop signal came."""
+    """The remaining chunks. While one runs, the driver writes out the one before: the
+    non-finite check, the logs, the checkpoints, a progress line, and a clean exit if a stop
+    signal came (then the chunk in flight is dropped: a resume runs it again)."""
     algo, steps_per_unit, main_process = run.algo, run.algo.steps_per_unit, jax.process_index() == 0
     loggers = [RunLogger(d, run.args, units_done * steps_per_unit) for d in run.dirs] if main_process else []
     start, steps_at_start = time.perf_counter(), units_done * steps_per_unit
-    for index in range(units_done // run.units_per_chunk, run.num_chunks):
+    first_chunk, ready = units_done // run.units_per_chunk, start
+    in_flight = chunk(state, np.int32(first_chunk * run.units_per_chunk))
+    for index in range(first_chunk, run.num_chunks):
+        state, metrics = in_flight
         first = index * run.units_per_chunk
+        if index + 1 < run.num_chunks:  # JAX dispatches asynchronously: this returns at once
+            in_flight = chunk(state, np.int32(first + run.units_per_chunk))
         num_valid = min(run.units_per_chunk, algo.num_units - first)
-        chunk_start = time.perf_counter()
-        state, metrics = chunk(state, np.int32(first))
         # [S, U]: the real seeds (not the padding), the units that ran
         metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
-        sps = num_valid * steps_per_unit / (time.perf_counter() - chunk_start)  # per seed
+        sps = num_valid * steps_per_unit / (time.perf_counter() - ready)  # per seed
+        ready = time.perf_counter()
         host_state, step = to_host(state), (first + num_valid) * steps_per_unit
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
             where = f"between steps {first * steps_per_unit:,} and {step:,}"
@@ -986,8 +1025,6 @@ class RunLogger:
     """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
 
     def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
-        from tensorboardX import SummaryWriter  # imported here, like every module only outputs need
-
         jsonl = run_dir / "metrics.jsonl"
         if jsonl.exists():  # resumed: drop what the run logged after its checkpoint
             lines = jsonl.read_text().splitlines(keepends=True)
@@ -1017,8 +1054,6 @@ class RunLogger:
             return
         # One event holds the step's values: add_scalar's event per value costs ~10x more
         # (docs/benchmarks.md), a second per 1,000 logged points of PPO.
-        from tensorboardX.proto.summary_pb2 import Summary
-
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()])
         self.writer.file_writer.add_summary(summary, global_step)
         self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
@@ -1088,16 +1123,12 @@ def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     }
 
 
-def finish_run(run: Run, state: Any, loggers: list[RunLogger]) -> None:
-    """The final deterministic evaluation of every seed in one program; then each seed's
-    eval.json, learning curve and, on request, model file and video."""
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
+    """The final deterministic evaluation of every seed in one program (compile_evaluate's); then
+    each seed's eval.json, learning curve and, on request, model file and video."""
     algo, args = run.algo, run.args
-
-    def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
-        return evaluate_episodes(algo, args.eval_episodes, algo.model(state_of_seed), key)
-
-    keys = pad_seeds(np.stack([jax.random.fold_in(jax.random.PRNGKey(s), 1) for s in run.seeds]), run.slots)
-    result = to_host(jax.jit(jax.vmap(evaluate, spmd_axis_name="seeds"))(state, keys))
+    keys = np.asarray(jax.vmap(jax.random.fold_in, (0, None))(seed_keys(run), 1))  # not the training's
+    result = to_host(evaluate(state, keys))
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
     for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
         summary = eval_summary(result.returns[i], result.lengths[i]) | {
@@ -1135,11 +1166,7 @@ def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0)
 
 def plot_returns(run_dir: Path, title: str) -> None:
     """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = import_pyplot()
     points = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     points = [p for p in points if "charts/episodic_return" in p]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -1149,6 +1176,14 @@ def plot_returns(run_dir: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
     plt.close(fig)
+
+
+def import_pyplot() -> types.ModuleType:
+    """matplotlib.pyplot, drawing to files (Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return import_module("matplotlib.pyplot")
 
 
 def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
@@ -1204,11 +1239,16 @@ def main() -> None:
     except ArgsError as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    with stop_signals_caught() as stop:  # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit
+    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The pool: see below.
+    with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
         state = initial_state(run, restored)
         chunk = compile_chunk(run, state)
+        # What only the outputs need gets ready in a thread while the chunks run (XLA
+        # compiles, and runs the chunks, outside Python's lock); leaving `with` waits for it.
+        evaluate = pool.submit(compile_evaluate, run, state)
+        pool.submit(import_pyplot)  # ~0.5 s
         state, loggers = train_chunks(run, chunk, state, units_done, stop)
-    finish_run(run, state, loggers)
+    finish_run(run, state, loggers, evaluate.result())
 
 
 if __name__ == "__main__":
