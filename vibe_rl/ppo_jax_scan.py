@@ -957,8 +957,8 @@ def seed_slice(tree: Any, i: int) -> Any:
 
 def seeds_program(per_seed: Callable, inputs: tuple, in_axes: Any = 0, once: bool = False, **jit: Any) -> Any:
     """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
-    the inputs (arrays or jax.ShapeDtypeStruct). A program that runs once (init, evaluate) compiles
-    in about half the time without XLA's optimisations, and still runs in milliseconds."""
+    the inputs' shapes. A program that runs once (init, evaluate) compiles in about half the
+    time without XLA's optimisations, and still runs in milliseconds."""
     lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
     return lowered.compile({"xla_backend_optimization_level": 0} if once else None)
 
@@ -1013,13 +1013,12 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
 
 def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
     """(state, keys [slots, 2]) -> every seed's final deterministic evaluation, leaves [slots, ...]."""
-    algo, keys = run.algo, seed_keys(run)
+    algo = run.algo
 
     def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
         return evaluate_episodes(algo, run.args.eval_episodes, algo.model(state_of_seed), key)
 
-    keys = jax.ShapeDtypeStruct(keys.shape, keys.dtype, sharding=NamedSharding(run.mesh, P("seeds")))
-    return seeds_program(evaluate, (state, keys), once=True)
+    return seeds_program(evaluate, (state, seed_keys(run)), once=True)
 
 
 # --- The driver: chunks, and the outputs written between them -------------------------
