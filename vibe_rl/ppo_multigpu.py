@@ -191,6 +191,62 @@ def flatten_obs(obs: jax.Array) -> jax.Array:
     return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
 
 
+# gymnax's `env.step(key, ...)` splits its key in two: one half steps the env, the other
+# draws a fresh episode start, whether or not the episode ended. Inside a rollout scan that
+# is a few small random draws per step; one batched draw for the whole rollout is cheaper
+# (docs/ppo_jax_scan.md). So the rollout draws the starts ahead (draw_env_noise), and
+# env_step does the rest of what env.step does, from the same keys.
+class EnvNoise(NamedTuple):
+    """An env step's key, and the episode start that env.step would draw from it."""
+
+    key: jax.Array  # [..., 2] the key env.step would get
+    reset_obs: jax.Array  # [..., *obs_shape] the start to auto-reset to, if the episode ends
+    reset_state: Any  # gymnax EnvState [...]
+
+
+class EnvStep(NamedTuple):
+    """One env's step, as env.step returns it; final_obs stands for its info["final_observation"]."""
+
+    obs: jax.Array  # [*obs_shape] the next observation: the reset one where the episode ended
+    state: Any  # gymnax EnvState
+    reward: jax.Array  # []
+    terminated: jax.Array  # [] bool
+    truncated: jax.Array  # [] bool
+    final_obs: jax.Array  # [*obs_shape] the observation reached, before the reset
+
+
+def draw_env_noise(spec: EnvSpec, key: jax.Array, shape: tuple[int, ...]) -> EnvNoise:
+    """EnvNoise [*shape, ...] for the env steps of the keys jax.random.split(key, shape)."""
+
+    def draw(key: jax.Array) -> EnvNoise:
+        return EnvNoise(key, *spec.env.reset(jax.random.split(key)[1], spec.env_params))
+
+    for _ in shape:
+        draw = jax.vmap(draw)
+    return draw(jax.random.split(key, shape))
+
+
+def env_step(spec: EnvSpec, state: Any, action: jax.Array, noise: EnvNoise) -> EnvStep:
+    """One env's env.step, with its episode start drawn ahead: step, then auto-reset where it ended."""
+    from gymnax.environments.environment import Environment  # imported late, as in make_env
+
+    if type(spec.env).step is not Environment.step:  # an env with its own (bsuite's DeepSea)
+        obs, state, reward, terminated, truncated, info = spec.env.step(
+            noise.key, state, action, spec.env_params
+        )
+        return EnvStep(obs, state, reward, terminated, truncated, info["final_observation"])
+    step_key = jax.random.split(noise.key)[0]  # compiled away where step_env draws nothing
+    final_obs, state, reward, terminated, _ = spec.env.step_env(step_key, state, action, spec.env_params)
+    truncated = spec.env.is_truncated(state, spec.env_params)
+    done = jnp.logical_or(terminated, truncated)
+    obs, state = jax.tree.map(
+        lambda reset, stepped: jnp.where(done, reset, stepped),
+        (noise.reset_obs, noise.reset_state),
+        (final_obs, state),
+    )
+    return EnvStep(obs, state, reward, terminated, truncated, final_obs)
+
+
 # ===== 3. Networks ===================================================================
 
 
@@ -286,7 +342,7 @@ class RolloutNoise(NamedTuple):
     """The rollout's randomness, drawn before it; the scan slices one step [N, ...] at a time."""
 
     action: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
-    env_keys: jax.Array  # [T, N, 2] the keys of each env step (and auto-reset)
+    env: EnvNoise  # [T, N, ...] the env steps' keys and episode starts
 
 
 # ===== 5. The algorithm's math: small pure functions =================================
@@ -483,9 +539,9 @@ def rollout_step(ppo: PPO, state: RunnerState, noise: RolloutNoise) -> tuple[Run
         action = policy.loc + policy.scale_diag * noise.action  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
-    next_obs, env_state, reward, terminated, truncated, info = jax.vmap(  # [PPO-1] vectorised envs
-        spec.env.step, in_axes=(0, 0, 0, None)
-    )(noise.env_keys, state.env_state, env_action, spec.env_params)
+    next_obs, env_state, reward, terminated, truncated, final_obs = jax.vmap(  # [PPO-1] vectorised envs
+        functools.partial(env_step, spec)
+    )(state.env_state, env_action, noise.env)
     done = jnp.logical_or(terminated, truncated)  # [N]
     episode_return = state.episode_return + reward
     episode_length = state.episode_length + 1
@@ -495,7 +551,7 @@ def rollout_step(ppo: PPO, state: RunnerState, noise: RolloutNoise) -> tuple[Run
     if args.normalize_reward:
         return_rms = rms_update(return_rms, discounted_return)
         reward = jnp.clip(reward / jnp.sqrt(return_rms.var + 1e-8), -10.0, 10.0)
-    final_obs = flatten_obs(info["final_observation"])
+    final_obs = flatten_obs(final_obs)
     transition = Transition(
         state.obs, action, reward, terminated, truncated, final_obs, episode_return, episode_length
     )
@@ -512,13 +568,13 @@ def rollout_step(ppo: PPO, state: RunnerState, noise: RolloutNoise) -> tuple[Run
 
 def rollout(ppo: PPO, state: RunnerState) -> tuple[RunnerState, Transition]:
     """num_steps steps of the N envs: the trajectory [T, N, ...]."""
-    # All the rollout's randomness in two calls up front: cheaper than 2T small ones. Each
-    # device draws its own envs' part; the numbers are those of one device (JAX's random
-    # numbers do not depend on how an array is split), so D does not change the training.
+    # All the rollout's randomness drawn up front, batched: cheaper than small draws every
+    # step. Each device draws its own envs' part; the numbers are those of one device (JAX's
+    # random numbers do not depend on how an array is split), so D does not change the training.
     key, action_key, env_key = jax.random.split(state.key, 3)
     shape = (ppo.args.num_steps, ppo.args.num_envs, ppo.spec.action_dim)  # [T, N, K or A]
     draw = jax.random.gumbel if ppo.spec.discrete else jax.random.normal  # see rollout_step
-    noise = RolloutNoise(action=draw(action_key, shape), env_keys=jax.random.split(env_key, shape[:2]))
+    noise = RolloutNoise(action=draw(action_key, shape), env=draw_env_noise(ppo.spec, env_key, shape[:2]))
     noise = jax.tree.map(lambda x: shard_envs(ppo, x, axis=1), noise)
     return jax.lax.scan(functools.partial(rollout_step, ppo), state._replace(key=key), noise)
 
