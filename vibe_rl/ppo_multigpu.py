@@ -906,7 +906,9 @@ def make_algorithm(args: Args) -> Algorithm:
 # It drives the Algorithm above through its fields alone. All seeds train in one program, their
 # axis sharded over the devices, in compiled chunks; between two chunks it logs and checkpoints.
 
+import atexit
 import contextlib
+import gc
 import importlib
 import importlib.util
 import json
@@ -1522,6 +1524,11 @@ def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
 
 def main() -> None:
     """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    # Python's garbage collector scans the objects it tracks: the ~300,000 that the imports
+    # made, again and again while JAX traces, and at exit (~0.5 s, docs/benchmarks.md). They
+    # live until the exit: keep them out of its scans, and at exit everything left.
+    gc.freeze()
+    atexit.register(gc.freeze)
     args = tyro.cli(Args)
     start_jax(args)
     try:  # every bad input is reported here, in one line, before anything compiles
