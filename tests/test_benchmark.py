@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -257,3 +258,18 @@ def test_markdown_has_seed_scaling_and_peer_ratios():
     assert "| 8 | 6.00 | 6.0 | 3.00 |" in table
     assert "| sb3 | ok | 100.0 | – | 50.00 | 250.0 | 10.00 | 25.00 | 0.50 |" in table
     assert "| rejax | skipped not installed |" in table
+
+
+def test_rollout_share_times_the_rollout_and_the_whole_iteration():
+    # a reduced budget (8 iterations): this checks the script runs and reports, not speed
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmark.rollout_share", "--repeats", "1", "--set", "total_timesteps=4096"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    best = re.search(r"best: rollout ([0-9.]+) s of ([0-9.]+) s \((\d+)%\), 8 iterations", result.stdout)
+    assert best, result.stdout
+    rollout, whole = float(best.group(1)), float(best.group(2))
+    assert 0 < rollout <= whole

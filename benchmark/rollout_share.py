@@ -1,0 +1,72 @@
+"""How much of a PPO iteration is the rollout: `ppo_jax_scan`'s rollout alone and its whole
+iteration, each as one jitted lax.scan over the run's iterations, timed in one process,
+interleaved (best of --repeats).
+
+    python -m benchmark.rollout_share                      # CleanRL's CartPole config, 500k steps
+    python -m benchmark.rollout_share --set num_envs=16 --set env_id=Acrobot-v1
+
+Prints, per repeat:
+    rollout 0.55 s   whole iteration 3.12 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+
+from benchmark.inprocess import parse_value
+from vibe_rl import ppo_jax_scan as ppo_module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="an Args field")
+    cli = parser.parse_args()
+    known = {f.name: f for f in dataclasses.fields(ppo_module.Args)}
+    overrides = {"num_envs": 4, "num_steps": 128, "total_timesteps": 500_000}
+    for item in cli.set:
+        name, _, text = item.partition("=")
+        overrides[name] = parse_value(known[name], text)
+    ppo = ppo_module.build_ppo(ppo_module.Args(**overrides))
+    num_iterations = ppo.sizes.num_iterations
+    state = jax.jit(functools.partial(ppo_module.init_state, ppo))(jax.random.PRNGKey(0))
+
+    def rollouts(state: ppo_module.RunnerState) -> jax.Array:
+        def one(state: ppo_module.RunnerState, _: None) -> tuple[ppo_module.RunnerState, jax.Array]:
+            state, trajectory = ppo_module.rollout(ppo, state)
+            return state, trajectory.reward.sum()  # an output, so that nothing is compiled away
+
+        return jax.lax.scan(one, state, None, length=num_iterations)[1]
+
+    def iterations(state: ppo_module.RunnerState) -> jax.Array:
+        return jax.lax.scan(functools.partial(ppo_module.iteration, ppo), state, jnp.arange(num_iterations))[
+            1
+        ]
+
+    programs = {
+        name: jax.jit(f).lower(state).compile()
+        for name, f in (("rollout", rollouts), ("iteration", iterations))
+    }
+    best = {name: float("inf") for name in programs}
+    for _ in range(cli.repeats):
+        times = {}
+        for name, program in programs.items():
+            start = time.perf_counter()
+            jax.block_until_ready(program(state))
+            times[name] = time.perf_counter() - start
+            best[name] = min(best[name], times[name])
+        print(f"rollout {times['rollout']:.2f} s   whole iteration {times['iteration']:.2f} s", flush=True)
+    rollout, whole = best["rollout"], best["iteration"]
+    print(
+        f"best: rollout {rollout:.2f} s of {whole:.2f} s ({rollout / whole:.0%}), {num_iterations} iterations"
+    )
+
+
+if __name__ == "__main__":
+    main()
