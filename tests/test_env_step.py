@@ -1,10 +1,12 @@
 """The rollouts of ppo_jax_scan, ppo_multigpu and pqn_jax step their envs with `env_step`:
 gymnax's `env.step` with the episode starts drawn ahead for the whole rollout
-(`draw_env_noise`). From the same keys and actions it must give what env.step gives."""
+(`draw_env_noise`). From the same keys and actions it must give what env.step gives, and
+the three copies of it must stay one text."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -12,9 +14,10 @@ import numpy as np
 import pytest
 from _helpers import load_script
 
+SCRIPTS = ("ppo_jax_scan", "ppo_multigpu", "pqn_jax")
 CASES = [
     (script, env_id)
-    for script in ("ppo_jax_scan", "ppo_multigpu", "pqn_jax")
+    for script in SCRIPTS
     for env_id in ("CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "DeepSea-bsuite")
     if not (script == "pqn_jax" and env_id == "Pendulum-v1")  # PQN needs discrete actions
 ]
@@ -52,3 +55,14 @@ def test_env_step_gives_what_gymnax_env_step_gives(script, env_id):
         np.testing.assert_allclose(
             np.asarray(our_leaf, float), np.asarray(their_leaf, float), rtol=1e-6, atol=1e-6
         )
+
+
+def test_the_three_rollout_scripts_share_one_env_step_text():
+    # Each script is self-contained (one file to copy), so the env step is written in all
+    # three; this keeps the copies from drifting apart, as the harness test does for the harness.
+    names = ("EnvNoise", "EnvStep", "draw_env_noise", "env_step")
+    texts = {
+        script: [inspect.getsource(getattr(load_script(script), n)) for n in names] for script in SCRIPTS
+    }
+    first = texts[SCRIPTS[0]]
+    assert all(text == first for text in texts.values()), [s for s, t in texts.items() if t != first]
