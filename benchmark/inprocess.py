@@ -35,6 +35,16 @@ def parse_value(field: dataclasses.Field, text: str):
     return text
 
 
+def parse_settings(args_type: type, items: list[str]) -> dict[str, typing.Any]:
+    """--set FIELD=VALUE items -> {field: value}, each value as its Args field's type."""
+    known = {f.name: f for f in dataclasses.fields(args_type)}
+    settings = {}
+    for item in items:
+        name, _, text = item.partition("=")
+        settings[name] = parse_value(known[name], text)
+    return settings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("script", help="a module of vibe_rl, e.g. ppo_jax_scan")
@@ -43,12 +53,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="an Args field")
     cli = parser.parse_args()
     module = importlib.import_module(f"vibe_rl.{cli.script}")
-    known = {f.name: f for f in dataclasses.fields(module.Args)}
-    overrides = {}
-    for item in cli.set:
-        name, _, text = item.partition("=")
-        overrides[name] = parse_value(known[name], text)
-    args = module.Args(**overrides)
+    args = module.Args(**parse_settings(module.Args, cli.set))
     algo = module.make_algorithm(args)
     train = module.make_train(args)
     keys = np.stack(

@@ -12,14 +12,13 @@ Prints, per repeat:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import time
 
 import jax
 import jax.numpy as jnp
 
-from benchmark.inprocess import parse_value
+from benchmark.inprocess import parse_settings
 from vibe_rl import ppo_jax_scan as ppo_module
 
 
@@ -28,12 +27,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="an Args field")
     cli = parser.parse_args()
-    known = {f.name: f for f in dataclasses.fields(ppo_module.Args)}
-    overrides = {"num_envs": 4, "num_steps": 128, "total_timesteps": 500_000}
-    for item in cli.set:
-        name, _, text = item.partition("=")
-        overrides[name] = parse_value(known[name], text)
-    ppo = ppo_module.build_ppo(ppo_module.Args(**overrides))
+    cleanrl_cartpole = {"num_envs": 4, "num_steps": 128, "total_timesteps": 500_000}
+    ppo = ppo_module.build_ppo(ppo_module.Args(**cleanrl_cartpole | parse_settings(ppo_module.Args, cli.set)))
     num_iterations = ppo.sizes.num_iterations
     state = jax.jit(functools.partial(ppo_module.init_state, ppo))(jax.random.PRNGKey(0))
 
