@@ -39,10 +39,10 @@ def main() -> None:
 
         return jax.lax.scan(one, state, None, length=num_iterations)[1]
 
-    def iterations(state: ppo_module.RunnerState) -> jax.Array:
-        return jax.lax.scan(functools.partial(ppo_module.iteration, ppo), state, jnp.arange(num_iterations))[
-            1
-        ]
+    def iterations(state: ppo_module.RunnerState) -> ppo_module.Metrics:
+        one_iteration = functools.partial(ppo_module.iteration, ppo)
+        _, metrics = jax.lax.scan(one_iteration, state, jnp.arange(num_iterations))
+        return metrics
 
     programs = {
         name: jax.jit(f).lower(state).compile()
