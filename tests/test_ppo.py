@@ -82,28 +82,32 @@ def test_value_loss_clipped_and_unclipped():
 
 
 def test_policies_against_closed_forms():
-    """The distrax policies, built as Actor builds them, against closed forms; and the
-    Gumbel-max trick rollout_step samples with."""
+    """The policies, built as Actor builds them, against closed forms; and the Gumbel-max
+    trick rollout_step samples with."""
     logits = np.array([[1.0, 2.0, 0.5]], np.float32)
     p = np.exp(logits[0]) / np.exp(logits[0]).sum()
-    categorical = ppo.distrax.Categorical(logits=logits)
+    categorical = ppo.Categorical(logits=logits)
     np.testing.assert_allclose(categorical.log_prob(jnp.array([1])), np.log(p[1])[None], rtol=1e-6)
     np.testing.assert_allclose(categorical.entropy(), [-(p * np.log(p)).sum()], rtol=1e-6)
+    every_action = categorical.log_prob(jnp.arange(3)[:, None])  # [3, 1]: each action's log pi
+    np.testing.assert_allclose(every_action[:, 0], np.log(p), rtol=1e-6)
+    assert int(categorical.mode()[0]) == 1
     draws = jnp.argmax(categorical.logits + jax.random.gumbel(jax.random.PRNGKey(0), (20000, 3)), axis=-1)
     np.testing.assert_allclose(np.bincount(np.asarray(draws), minlength=3) / 20000, p, atol=0.01)
 
     mean, log_std = np.array([[0.5, -1.0]], np.float32), np.array([0.1, -0.3], np.float32)
     std = np.exp(log_std)
-    gauss = ppo.distrax.MultivariateNormalDiag(mean, np.broadcast_to(std, mean.shape))
+    gauss = ppo.DiagGaussian(mean, np.broadcast_to(std, mean.shape))
     density = np.exp(-0.5 * ((0 - mean[0]) / std) ** 2) / (std * np.sqrt(2 * np.pi))
     np.testing.assert_allclose(gauss.log_prob(jnp.zeros((1, 2))), [np.log(density).sum()], rtol=1e-5)
     np.testing.assert_allclose(gauss.entropy(), [np.sum(0.5 * np.log(2 * np.pi * np.e * std**2))], rtol=1e-5)
+    np.testing.assert_allclose(gauss.mode(), mean)
 
 
 def test_actor_heads_discrete_and_continuous():
     """The actor gives a Categorical over K actions, or a Gaussian with a state-independent std
     (log-std initialised to 0) whose mode is the mean; the evaluation action is clipped."""
-    for env_id, kind in (("CartPole-v1", "Categorical"), ("Pendulum-v1", "MultivariateNormalDiag")):
+    for env_id, kind in (("CartPole-v1", "Categorical"), ("Pendulum-v1", "DiagGaussian")):
         agent = tiny(env_id=env_id)
         state = ppo.init_state(agent, jax.random.PRNGKey(0))
         obs = jnp.ones((3, agent.spec.obs_dim))
@@ -111,7 +115,7 @@ def test_actor_heads_discrete_and_continuous():
         assert type(policy).__name__ == kind
         assert policy.log_prob(policy.mode()).shape == (3,)
         if not agent.spec.discrete:
-            np.testing.assert_allclose(policy.scale_diag, np.ones((3, 1)))
+            np.testing.assert_allclose(policy.std, np.ones((3, 1)))
             model = ppo.SavedModel(state.params, state.obs_rms)
             big = 1e6 * jnp.ones((3, 3))  # the mean action is clipped to Pendulum's [-2, 2]
             action = ppo.greedy_action(agent, model, big)

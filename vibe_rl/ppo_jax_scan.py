@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -245,22 +244,60 @@ def torso(obs: jax.Array, spec: EnvSpec, width: int, network: str) -> jax.Array:
     return nn.tanh(dense(width, np.sqrt(2))(nn.tanh(dense(width, np.sqrt(2))(obs))))
 
 
+class Categorical(NamedTuple):
+    """pi(a|s) over K discrete actions, from unnormalised logits."""
+
+    logits: jax.Array  # [..., K]
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        """action [...] (int) -> log pi(action) [...]; a one-hot sum, not a gather."""
+        one_hot = jax.nn.one_hot(action, self.logits.shape[-1])  # [..., K]
+        return jnp.sum(jax.nn.log_softmax(self.logits) * one_hot, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        """-sum_a pi(a) log pi(a), [...]."""
+        log_p = jax.nn.log_softmax(self.logits)  # [..., K]
+        return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.logits, axis=-1)  # [...]
+
+
+class DiagGaussian(NamedTuple):
+    """pi(a|s) = N(mean, diag(std^2)) over A action dimensions."""
+
+    mean: jax.Array  # [..., A]
+    std: jax.Array  # [..., A]
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        """action [..., A] -> log pi(action) [...]: the sum of A independent normal log-densities."""
+        z = (action - self.mean) / self.std
+        return jnp.sum(-0.5 * jnp.square(z) - jnp.log(self.std) - 0.5 * math.log(2 * math.pi), axis=-1)
+
+    def entropy(self) -> jax.Array:
+        """sum over A of log(std sqrt(2 pi e)), [...]."""
+        return jnp.sum(jnp.log(self.std) + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
+
+    def mode(self) -> jax.Array:
+        return self.mean  # [..., A]
+
+
 class Actor(nn.Module):
-    """obs [..., obs_dim] -> the policy, a distrax distribution. [PPO-13] separate from the critic."""
+    """obs [..., obs_dim] -> the policy: Categorical or DiagGaussian. [PPO-13] separate from the critic."""
 
     spec: EnvSpec
     hidden_size: int = 64
     network: str = "mlp"  # "mlp" or "cnn"
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> distrax.Categorical | distrax.MultivariateNormalDiag:
+    def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
         x = torso(obs, self.spec, self.hidden_size, self.network)
         out = dense(self.spec.action_dim, 0.01)(x)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
         if self.spec.discrete:
-            return distrax.Categorical(logits=out)  # out: [..., K] logits
+            return Categorical(logits=out)  # out: [..., K] logits
         # [PPO-14] state-independent log-std, a free parameter initialised to 0 (std 1)
         log_std = self.param("log_std", constant(0.0), (self.spec.action_dim,))
-        return distrax.MultivariateNormalDiag(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
+        return DiagGaussian(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
 
 
 class Critic(nn.Module):
@@ -458,7 +495,7 @@ def rollout_step(ppo: PPO, state: RunnerState, noise: RolloutNoise) -> tuple[Run
     if spec.discrete:  # sampled with the noise drawn ahead: the Gumbel-max trick ...
         action = jnp.argmax(policy.logits + noise.action, axis=-1)  # [N]
     else:  # ... or mean + std * standard normal noise
-        action = policy.loc + policy.scale_diag * noise.action  # [N, A]
+        action = policy.mean + policy.std * noise.action  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
     next_obs, env_state, reward, terminated, truncated, final_obs = jax.vmap(  # [PPO-1] vectorised envs

@@ -11,7 +11,7 @@ checkpoints/ (replay buffer included), eval.json, episodic_return.png; {exp_name
 --save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
 
 How to read this file:
-    1-4  Args, the environment, the networks (the policy: `squashed_gaussian`, with distrax), the
+    1-4  Args, the environment, the networks (the policy: `SquashedGaussian`), the
          state (NamedTuples, a shape on every field).
     5    the math as small pure tested functions: td_target, the losses, polyak_update, the buffer.
     6    training. `iteration` is one SAC iteration: one step of the num_envs envs into the buffer,
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -160,33 +159,45 @@ def action_scale_bias(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np
     return (high - low) / 2.0, (high + low) / 2.0
 
 
-def squashed_gaussian(
-    mean: jax.Array, log_std: jax.Array, scale: np.ndarray, bias: np.ndarray
-) -> distrax.Transformed:
-    """[SAC-3] the policy: a = scale * tanh(x) + bias, x ~ N(mean, exp(log_std)^2) (reparameterised);
-    mean, log_std [..., A], scale, bias [A]. By the change of variables, log pi(a) = log N(x) -
-    sum_A (log scale + log(1 - tanh(x)^2)); distrax's Tanh writes the last term stably, and
-    sample_and_log_prob evaluates it at the sample x (never at arctanh(a), inexact near the bounds)."""
-    rescale = distrax.Block(distrax.ScalarAffine(shift=bias, scale=scale), 1)  # [SAC-5] to the bounds
-    squash = distrax.Chain([rescale, distrax.Block(distrax.Tanh(), 1)])  # applied right to left: tanh first
-    return distrax.Transformed(distrax.MultivariateNormalDiag(mean, jnp.exp(log_std)), squash)
+class SquashedGaussian(NamedTuple):
+    """[SAC-3] the policy: a = scale * tanh(x) + bias, x ~ N(mean, exp(log_std)^2), per action
+    dimension. By the change of variables, log pi(a) = log N(x) - sum_A (log scale + log(1 - tanh(x)^2)),
+    evaluated at the sample x (never at arctanh(a), inexact near the bounds)."""
+
+    mean: jax.Array  # [..., A]
+    log_std: jax.Array  # [..., A]
+    scale: np.ndarray  # [A] [SAC-5] from action_scale_bias
+    bias: np.ndarray  # [A]
+
+    def squash(self, x: jax.Array) -> jax.Array:
+        """x [..., A] -> the action scale * tanh(x) + bias, inside [low, high]."""
+        return self.scale * jnp.tanh(x) + self.bias
+
+    def sample_and_log_prob(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """A reparameterised sample (gradients flow into mean and log_std): action [..., A], log pi [...]."""
+        noise = jax.random.normal(key, self.mean.shape)  # [..., A], = (x - mean) / std
+        x = self.mean + jnp.exp(self.log_std) * noise
+        log_normal = -0.5 * jnp.square(noise) - self.log_std - 0.5 * math.log(2 * math.pi)  # log N(x)
+        log_one_minus_tanh_sq = 2.0 * (math.log(2.0) - x - jax.nn.softplus(-2.0 * x))  # stable for large |x|
+        log_prob = jnp.sum(log_normal - jnp.log(self.scale) - log_one_minus_tanh_sq, axis=-1)
+        return self.squash(x), log_prob
 
 
 class Actor(nn.Module):
-    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution over actions [..., A]."""
+    """obs [..., obs_dim] -> the policy pi(.|obs), a distribution over actions [..., A]."""
 
     spec: EnvSpec
     hidden_size: int = 256
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> distrax.Transformed:
+    def __call__(self, obs: jax.Array) -> SquashedGaussian:
         # [SAC-14] two hidden ReLU layers, flax's default (LeCun normal) initialisation
         x = nn.relu(nn.Dense(self.hidden_size)(obs))
         x = nn.relu(nn.Dense(self.hidden_size)(x))
         mean = nn.Dense(self.spec.action_dim)(x)
         log_std = squash_log_std(nn.Dense(self.spec.action_dim)(x))
         scale, bias = action_scale_bias(self.spec.action_low, self.spec.action_high)
-        return squashed_gaussian(mean, log_std, scale, bias)
+        return SquashedGaussian(mean, log_std, scale, bias)
 
 
 class QNetwork(nn.Module):
@@ -393,7 +404,7 @@ def twin_q(sac: SAC, critic_params: Params, obs: jax.Array, action: jax.Array) -
 def critic_step(sac: SAC, learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, CriticInfo]:
     """One gradient step of the twin critics toward the soft TD target."""
     params = learner.params
-    next_action, next_log_prob = sac.actor.apply(params.actor, batch.next_obs).sample_and_log_prob(seed=key)
+    next_action, next_log_prob = sac.actor.apply(params.actor, batch.next_obs).sample_and_log_prob(key)
     next_q = jnp.min(twin_q(sac, params.critic_target, batch.next_obs, next_action), axis=0)  # [B]
     alpha, gamma = jnp.exp(params.log_alpha), sac.args.gamma
     target = td_target(batch.reward, batch.terminated, next_q, next_log_prob, alpha, gamma)  # [B]
@@ -410,7 +421,7 @@ def actor_step(sac: SAC, batch: Batch, learner: Learner, key: jax.Array) -> tupl
 
     def loss(actor_params: Params) -> tuple[jax.Array, jax.Array]:
         # reparameterised: the gradient flows through the sampled action into the critics
-        action, log_prob = sac.actor.apply(actor_params, batch.obs).sample_and_log_prob(seed=key)
+        action, log_prob = sac.actor.apply(actor_params, batch.obs).sample_and_log_prob(key)
         return actor_loss_fn(log_prob, twin_q(sac, params.critic, batch.obs, action), alpha), log_prob
 
     (actor_loss, log_prob), grads = jax.value_and_grad(loss, has_aux=True)(params.actor)
@@ -457,7 +468,8 @@ def iteration(sac: SAC, state: RunnerState, index: jax.Array) -> tuple[RunnerSta
     steps are done. index: [] int32, the iteration's number (not batched over seeds)."""
     args, spec, num_envs = sac.args, sac.spec, sac.args.num_envs
     key, policy_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
-    policy_action = sac.actor.apply(state.learner.params.actor, state.obs).sample(seed=policy_key)  # [N, A]
+    policy = sac.actor.apply(state.learner.params.actor, state.obs)
+    policy_action, _ = policy.sample_and_log_prob(policy_key)  # [N, A]
     # [SAC-2] uniformly random actions until learning_starts steps have been taken
     shape, low, high = (num_envs, spec.action_dim), spec.action_low, spec.action_high
     random_action = jax.random.uniform(random_key, shape, minval=low, maxval=high)  # [N, A]
@@ -589,7 +601,7 @@ def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array],
 def greedy_action(sac: SAC, params: SACParams, obs: jax.Array) -> jax.Array:
     """[SAC-13] the evaluation policy: scale * tanh(mean) + bias. obs [E, *obs_shape] -> [E, A]."""
     policy = sac.actor.apply(params.actor, flatten_obs(obs))
-    return policy.bijector.forward(policy.distribution.mode())
+    return policy.squash(policy.mean)
 
 
 def make_algorithm(args: Args) -> Algorithm:
