@@ -4,31 +4,33 @@
     python -m benchmark.opt_level dqn_jax --levels default,1 -- --total-timesteps 200000
     python -m benchmark.opt_level ppo_jax_scan -- --env-id Breakout-MinAtar --network cnn --num-envs 16
 
-Every (round, level) is one process, its level set in XLA_FLAGS: it builds the run as the
-script's command line would (the flags after `--`), compiles the chunk with the harness's own
-compile_chunk and no compilation cache, then times every chunk of the run called back to back
-(best of 3; no logging). The levels alternate round by round. The harness compiles its chunk
-at XLA's default level; docs/benchmarks.md has the figures that decided it.
+Every (round, level) is one process: it builds the run as the script's command line would
+(the flags after `--`), sets the level as the algorithm's `chunk_cpu_opt_level` ("default":
+None, XLA's default), compiles the chunk with the harness's own compile_chunk and no
+compilation cache, then times every chunk of the run called back to back (best of 3; no
+logging). The levels alternate round by round. The PPO scripts compile their chunk at level
+1, the others at XLA's default; docs/benchmarks.md has the figures that decided it.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import subprocess
 import sys
 import time
 
 
-def measure(script: str, flags: list[str]) -> str:
-    """In this process, at the level its XLA_FLAGS set: compile the chunk as the harness does
-    (compile_chunk), then time the run's chunks; one summary line."""
+def measure(script: str, level: str, flags: list[str]) -> str:
+    """In this process: compile the chunk as the harness does (compile_chunk) at `level`, then
+    time the run's chunks; one summary line."""
     module = importlib.import_module(f"vibe_rl.{script}")
     sys.argv = [script, *flags, "--jax-cache-dir", ""]
     args = module.tyro.cli(module.Args)
     module.start_jax(args)
     run = module.open_run(args)
+    chunk_level = None if level == "default" else int(level)
+    run = run._replace(algo=run.algo._replace(chunk_cpu_opt_level=chunk_level))
     state = module.initial_state(run, None)
     start = time.perf_counter()
     chunk = module.compile_chunk(run, state)
@@ -47,23 +49,28 @@ def main() -> None:
     parser.add_argument("script", help="a module of vibe_rl, e.g. ppo_jax_scan")
     parser.add_argument("--levels", default="default,1", help="comma-separated: default, 0, 1, 2, 3")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: measure here
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: measure this level here
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)  # the script's flags follow --
     cli = parser.parse_args(argv[:split])
     cli.flags = argv[split + 1 :]
-    if cli.one:
-        print(measure(cli.script, cli.flags), flush=True)
+    if cli.one is not None:
+        print(measure(cli.script, cli.one, cli.flags), flush=True)
         return
     levels = cli.levels.split(",")
     for r in range(cli.rounds):
         for level in levels[r % len(levels) :] + levels[: r % len(levels)]:
-            xla_flags = os.environ.get("XLA_FLAGS", "")
-            if level != "default":  # the harness compiles its chunk with XLA's flags
-                xla_flags += f" --xla_backend_optimization_level={level}"
-            command = [sys.executable, "-m", "benchmark.opt_level", cli.script, "--one", "--", *cli.flags]
-            env = {**os.environ, "XLA_FLAGS": xla_flags}
-            done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+            command = [
+                sys.executable,
+                "-m",
+                "benchmark.opt_level",
+                cli.script,
+                "--one",
+                level,
+                "--",
+                *cli.flags,
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
             result = done.stdout.strip().splitlines()[-1]
             print(f"round {r + 1}: {cli.script} level {level}: {result}", flush=True)
 

@@ -936,6 +936,7 @@ def make_algorithm(args: Args) -> Algorithm:
         act=functools.partial(greedy_action, ppo),
         mesh=ppo.mesh,
         state_specs=functools.partial(state_specs, ppo),
+        chunk_cpu_opt_level=1,  # ~1 s less compile than XLA's default, runs as fast (docs/ppo_jax_scan.md)
     )
 
 
@@ -984,6 +985,7 @@ class Algorithm(NamedTuple):
     act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
     state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
+    chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
 
 
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
@@ -1202,12 +1204,16 @@ def seed_slice(tree: Any, i: int) -> Any:
 # --- The compiled programs: init, one chunk, the final evaluation ----------------------
 
 
-def seeds_program(per_seed: Callable, inputs: tuple, in_axes: Any = 0, once: bool = False, **jit: Any) -> Any:
+def seeds_program(
+    per_seed: Callable, inputs: tuple, in_axes: Any = 0, level: int | None = None, **jit: Any
+) -> Any:
     """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
-    the inputs' shapes. A program that runs once (init, evaluate) compiles in about half the
-    time without XLA's optimisations, and still runs in milliseconds."""
+    the inputs' shapes at XLA's backend optimisation level `level` (None: XLA's default)."""
     lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
-    return lowered.compile({"xla_backend_optimization_level": 0} if once else None)
+    return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
+
+
+RUNS_ONCE = 0  # init, evaluate: they compile in about half the time at level 0, and still run in ms
 
 
 def seed_keys(run: Run) -> np.ndarray:
@@ -1224,7 +1230,7 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
         keys = seed_keys(run)
-        return seeds_program(run.algo.init, (keys,), once=True, out_shardings=shardings)(keys)
+        return seeds_program(run.algo.init, (keys,), level=RUNS_ONCE, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
 
@@ -1250,7 +1256,8 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
     start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.units_per_chunk)
     jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
-    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), **jit)
+    level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
+    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
     seconds, steps = time.perf_counter() - start, run.units_per_chunk * run.algo.steps_per_unit
     where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
     if jax.process_index() == 0:
@@ -1265,7 +1272,7 @@ def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalRe
     def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
         return evaluate_episodes(algo, run.args.eval_episodes, algo.model(state_of_seed), key)
 
-    return seeds_program(evaluate, (state, seed_keys(run)), once=True)
+    return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
 
 
 # --- The driver: chunks, and the outputs written between them -------------------------
