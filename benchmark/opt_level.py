@@ -60,17 +60,8 @@ def main() -> None:
     levels = cli.levels.split(",")
     for r in range(cli.rounds):
         for level in levels[r % len(levels) :] + levels[: r % len(levels)]:
-            command = [
-                sys.executable,
-                "-m",
-                "benchmark.opt_level",
-                cli.script,
-                "--one",
-                level,
-                "--",
-                *cli.flags,
-            ]
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            this_level = [sys.executable, "-m", "benchmark.opt_level", cli.script, "--one", level]
+            done = subprocess.run([*this_level, "--", *cli.flags], capture_output=True, text=True, check=True)
             result = done.stdout.strip().splitlines()[-1]
             print(f"round {r + 1}: {cli.script} level {level}: {result}", flush=True)
 

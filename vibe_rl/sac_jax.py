@@ -182,6 +182,10 @@ class SquashedGaussian(NamedTuple):
         log_prob = jnp.sum(log_normal - jnp.log(self.scale) - log_one_minus_tanh_sq, axis=-1)
         return self.squash(x), log_prob
 
+    def sample(self, key: jax.Array) -> jax.Array:
+        """An action [..., A] alone (XLA drops the unused log-probability)."""
+        return self.sample_and_log_prob(key)[0]
+
 
 class Actor(nn.Module):
     """obs [..., obs_dim] -> the policy pi(.|obs), a distribution over actions [..., A]."""
@@ -468,8 +472,7 @@ def iteration(sac: SAC, state: RunnerState, index: jax.Array) -> tuple[RunnerSta
     steps are done. index: [] int32, the iteration's number (not batched over seeds)."""
     args, spec, num_envs = sac.args, sac.spec, sac.args.num_envs
     key, policy_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
-    policy = sac.actor.apply(state.learner.params.actor, state.obs)
-    policy_action, _ = policy.sample_and_log_prob(policy_key)  # [N, A]
+    policy_action = sac.actor.apply(state.learner.params.actor, state.obs).sample(policy_key)  # [N, A]
     # [SAC-2] uniformly random actions until learning_starts steps have been taken
     shape, low, high = (num_envs, spec.action_dim), spec.action_low, spec.action_high
     random_action = jax.random.uniform(random_key, shape, minval=low, maxval=high)  # [N, A]
