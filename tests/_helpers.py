@@ -309,10 +309,10 @@ class AsymmetricBoxProbe(ConstantRewardProbe):
 def run_in_chunks(module: ModuleType, algo: Any, key: jax.Array, num_chunks: int) -> tuple[Any, list[Any]]:
     """Train one seed as the CLI does, in compiled chunks planned by the harness (the last one
     may be partly masked): the final state, and each chunk's metrics."""
-    units_per_chunk, chunks = module.plan_chunks(algo.num_units, num_chunks)
-    chunk = jax.jit(lambda state, first: module.run_chunk(algo, units_per_chunk, state, first))
+    per_chunk, chunks = module.plan_chunks(algo.num_iterations, num_chunks)
+    chunk = jax.jit(lambda state, first: module.run_chunk(algo, per_chunk, state, first))
     state, metrics = algo.init(key), []
     for c in range(chunks):
-        state, chunk_metrics = chunk(state, jnp.int32(c * units_per_chunk))
+        state, chunk_metrics = chunk(state, jnp.int32(c * per_chunk))
         metrics.append(chunk_metrics)
     return state, metrics

@@ -332,14 +332,14 @@ def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(script, tm
 
 def test_plan_chunks_gives_every_chunk_work():
     module = load_script("ppo_jax_scan")
-    for num_units in range(1, 300):
+    for num_iterations in range(1, 300):
         for num_chunks in (1, 2, 3, 7, 10, 64, 500):
-            per_chunk, chunks = module.plan_chunks(num_units, num_chunks)
-            assert chunks <= num_chunks and (chunks - 1) * per_chunk < num_units <= chunks * per_chunk
+            per_chunk, chunks = module.plan_chunks(num_iterations, num_chunks)
+            assert chunks <= num_chunks and (chunks - 1) * per_chunk < num_iterations <= chunks * per_chunk
 
 
-def test_each_budget_and_env_count_gives_whole_units_within_the_budget(script):
-    """The units the harness plans never exceed the budget, and lose less than one unit of it;
+def test_each_budget_and_env_count_gives_whole_iterations_within_the_budget(script):
+    """The iterations the harness plans never exceed the budget, and lose less than one of them;
     e.g. 16384 PPO steps (it ran two empty chunks) and 20480 DQN steps (it crashed)."""
     module = load_script(script)
     contract = SCRIPTS[script]
@@ -349,17 +349,17 @@ def test_each_budget_and_env_count_gives_whole_units_within_the_budget(script):
                 algo = module.make_algorithm(module.Args(**contract.budgets(total, num_envs)))
             except module.ArgsError:
                 continue  # a combination the script refuses with one line, tested above
-            steps = algo.num_units * algo.steps_per_unit
-            assert total - algo.steps_per_unit < steps <= total, (total, num_envs, steps)
-            per_chunk, chunks = module.plan_chunks(algo.num_units, 10)
-            assert (chunks - 1) * per_chunk < algo.num_units <= chunks * per_chunk
+            steps = algo.num_iterations * algo.env_steps_per_iteration
+            assert total - algo.env_steps_per_iteration < steps <= total, (total, num_envs, steps)
+            per_chunk, chunks = module.plan_chunks(algo.num_iterations, 10)
+            assert (chunks - 1) * per_chunk < algo.num_iterations <= chunks * per_chunk
 
 
 # --- real runs --------------------------------------------------------------------------
 
 
 def read_state(module: Any, run_dir: Path) -> tuple[int, Any]:
-    """The newest checkpoint of a run directory: (units done, state)."""
+    """The newest checkpoint of a run directory: (iterations done, state)."""
     args = module.args_from_json(run_dir / "args.json")
     template = module.jax.eval_shape(module.make_algorithm(args).init, module.jax.random.PRNGKey(0))
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
@@ -395,7 +395,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     record = json.loads((run_dir / "args.json").read_text())
     algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
     assert set(record["sizes"]) == set(algo.sizes._fields) and record["seed_dirs"] == [d.name for d in runs]
-    total = algo.num_units * algo.steps_per_unit
+    total = algo.num_iterations * algo.env_steps_per_iteration
 
     points = read_jsonl(run_dir / "metrics.jsonl")
     steps = [p["global_step"] for p in points]
@@ -427,7 +427,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     assert "--resume" in out
     interrupted = seed_dirs(tmp_path / "b")
     assert not (interrupted[0] / "eval.json").exists()
-    units_done, _ = read_state(module, interrupted[0])
+    iterations_done, _ = read_state(module, interrupted[0])
     shutil.copytree(tmp_path / "b", tmp_path / "elsewhere")
     shutil.rmtree(tmp_path / "b")
     moved = tmp_path / "elsewhere" / "best_run"
@@ -435,9 +435,9 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     resumed = run_script(script, "--resume", str(moved))
     assert resumed.returncode == 0, resumed.stderr
     siblings = [moved] + [tmp_path / "elsewhere" / d.name for d in interrupted[1:]]
-    for (units_a, a), seed_dir in zip(uninterrupted, siblings, strict=True):
-        units_b, b = read_state(module, seed_dir)
-        assert units_a == units_b > units_done
+    for (iterations_a, a), seed_dir in zip(uninterrupted, siblings, strict=True):
+        iterations_b, b = read_state(module, seed_dir)
+        assert iterations_a == iterations_b > iterations_done
         assert tree_equal(a, b), f"{seed_dir.name}: the resumed run differs from the uninterrupted one"
     resumed_points = read_jsonl(moved / "metrics.jsonl")
     steps = [p["global_step"] for p in resumed_points if "charts/SPS" in p]
@@ -456,8 +456,8 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(newest.read_bytes()[:100])
     args = module.resume_args(module.Args(resume=str(moved)))
-    restored_units, _ = module.restore_checkpoints(module.open_run(args))
-    assert restored_units < uninterrupted[0][0]
+    restored_iterations, _ = module.restore_checkpoints(module.open_run(args))
+    assert restored_iterations < uninterrupted[0][0]
 
 
 def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeypatch):
@@ -475,9 +475,9 @@ def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeyp
 
         return dispatch
 
-    def recording_save_checkpoint(run_dir: Path, units_done: int, *rest: Any) -> None:
-        events.append(("checkpoint", units_done))
-        save_checkpoint(run_dir, units_done, *rest)
+    def recording_save_checkpoint(run_dir: Path, iterations_done: int, *rest: Any) -> None:
+        events.append(("checkpoint", iterations_done))
+        save_checkpoint(run_dir, iterations_done, *rest)
 
     monkeypatch.setattr(module, "compile_chunk", recording_compile_chunk)
     monkeypatch.setattr(module, "save_checkpoint", recording_save_checkpoint)
