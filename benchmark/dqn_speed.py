@@ -5,15 +5,15 @@ updates.
     python -m benchmark.dqn_speed                 # default config, 1 env
     python -m benchmark.dqn_speed --num-envs 8 --train-frequency 80 --target-network-frequency 480
     python -m benchmark.dqn_speed --chunk-overhead                      # also the chunking cost
-    python -m benchmark.dqn_speed --iterations 2000 --repeats 1 --chunk-overhead \\
+    python -m benchmark.dqn_speed --steps 2000 --repeats 1 --chunk-overhead \\
         --chunk-timesteps 20000 --chunk-repeats 1                       # a smoke test, seconds
 
 Every figure is the best of --repeats timed calls (after one compiling call) of one compiled
 lax.scan, all taken side by side in this one process, so their ratios hold even on a busy
-machine where the absolute numbers do not. The pieces, each a scan over --iterations steps:
+machine where the absolute numbers do not. The pieces, each a scan over --steps DQN steps:
 
   full      dqn_jax.step at steady state (past learning_starts, buffer full): what training runs
-  act_env   Q-network forward, epsilon-greedy, env.step (no buffer, no learning)
+  act_env   Q-network forward, epsilon-greedy, the envs' step (no buffer, no learning)
   insert    act_env + buffer_add (the difference is the insert)
   sample    buffer_sample alone, once per gradient step
   update    dqn_jax.gradient_step (sample + loss + gradient + Adam), once per gradient step
@@ -22,8 +22,9 @@ machine where the absolute numbers do not. The pieces, each a scan over --iterat
 With --chunk-overhead, the whole default-config training three ways (best of --chunk-repeats):
 
   single    jit(vmap(make_train(args))): the whole training as one program
-  one_chunk the harness's run_chunk with all units in one call (its per-unit lax.cond, no host trips)
-  chunked   what the CLI runs: run_chunk once per chunk of plan_chunks(num_units, --num-chunks), each
+  one_chunk the harness's run_chunk with all iterations in one call (its lax.cond per iteration, no
+            host trips)
+  chunked   what the CLI runs: run_chunk once per chunk of plan_chunks(num_iterations, --num-chunks), each
             followed by the host copy, the non-finite check and save_checkpoint (no logging)
 """
 
@@ -45,48 +46,47 @@ from vibe_rl import dqn_jax
 
 
 def measure(
-    num_envs: int, train_frequency: int, target_network_frequency: int, iterations: int, repeats: int
+    num_envs: int, train_frequency: int, target_network_frequency: int, num_steps: int, repeats: int
 ) -> dict:
     args = dqn_jax.Args(
         num_envs=num_envs, train_frequency=train_frequency, target_network_frequency=target_network_frequency
     )
-    program = dqn_jax.build_dqn(args)  # validates the flags
-    env, env_params, obs_dtype = program.spec.env, program.spec.env_params, program.spec.obs_dtype
-    step = functools.partial(dqn_jax.step, program)
+    setup = dqn_jax.build_setup(args)  # validates the flags
+    spec, obs_dtype = setup.spec, setup.obs_dtype
+    step = functools.partial(dqn_jax.step, setup)
 
     # A steady state: the buffer full, learning on (global step past learning_starts).
-    warm_iterations = max(args.learning_starts, args.buffer_size) // num_envs + 1
-    state = jax.jit(functools.partial(dqn_jax.init_state, program))(jax.random.PRNGKey(0))
-    state, _ = jax.jit(lambda s: jax.lax.scan(step, s, jnp.arange(warm_iterations)))(state)
+    warm_steps = max(args.learning_starts, args.buffer_size) // num_envs + 1
+    state = jax.jit(functools.partial(dqn_jax.init_state, setup))(jax.random.PRNGKey(0))
+    state, _ = jax.jit(lambda s: jax.lax.scan(step, s, jnp.arange(warm_steps)))(state)
     state = jax.block_until_ready(state)
-    start = warm_iterations
+    start = warm_steps
 
     @jax.jit
     def full(s):
-        return jax.lax.scan(step, s, start + jnp.arange(iterations))[0].params
-
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+        return jax.lax.scan(step, s, start + jnp.arange(num_steps))[0].params
 
     def act_env_step(s: dqn_jax.RunnerState, index: jax.Array, with_insert: bool) -> dqn_jax.RunnerState:
         """dqn_jax.step's acting half, as it is written there, without the learning half."""
         key, action_key, env_key = jax.random.split(s.key, 3)
         exploration_steps = args.exploration_fraction * args.total_timesteps
         epsilon = dqn_jax.linear_schedule(args.start_e, args.end_e, exploration_steps, index * num_envs)
-        action = dqn_jax.epsilon_greedy(action_key, program.network.apply(s.params, s.obs), epsilon)
-        obs, env_state, reward, terminated, _, info = step_envs(
-            jax.random.split(env_key, num_envs), s.env_state, action, env_params
-        )
+        action = dqn_jax.epsilon_greedy(action_key, setup.network.apply(s.params, s.obs), epsilon)
+        starts = dqn_jax.draw_episode_starts(spec, env_key, (num_envs,))
+        env_step = dqn_jax.step_envs(spec, s.env_state, action, starts)
         buffer = s.buffer
         if with_insert:
-            final_obs = info["final_observation"].astype(obs_dtype)
+            final_obs = env_step.final_obs.astype(obs_dtype)
             buffer = dqn_jax.buffer_add(
-                buffer, dqn_jax.Transition(s.obs, action, reward, terminated, final_obs)
+                buffer, dqn_jax.Transition(s.obs, action, env_step.reward, env_step.terminated, final_obs)
             )
-        return s._replace(env_state=env_state, obs=obs.astype(obs_dtype), buffer=buffer, key=key)
+        return s._replace(
+            env_state=env_step.state, obs=env_step.obs.astype(obs_dtype), buffer=buffer, key=key
+        )
 
     def act_env_scan(s: dqn_jax.RunnerState, with_insert: bool) -> dqn_jax.RunnerState:
         body = lambda c, index: (act_env_step(c, index, with_insert), None)
-        return jax.lax.scan(body, s, start + jnp.arange(iterations))[0]
+        return jax.lax.scan(body, s, start + jnp.arange(num_steps))[0]
 
     @jax.jit
     def act_env(s):
@@ -97,7 +97,7 @@ def measure(
         data = act_env_scan(s, True).buffer.data
         return data.obs.sum() + data.reward.sum()  # depends on every insert: nothing is elided
 
-    num_updates = iterations * num_envs // train_frequency
+    num_updates = num_steps * num_envs // train_frequency
 
     @jax.jit
     def sample(s):
@@ -112,9 +112,7 @@ def measure(
     def update(s):
         def body(carry, key):  # the buffer and target stay closed over: only what changes is carried
             params, opt_state = carry
-            learned, _, _ = dqn_jax.gradient_step(
-                program, s._replace(params=params, opt_state=opt_state), key
-            )
+            learned, _, _ = dqn_jax.gradient_step(setup, s._replace(params=params, opt_state=opt_state), key)
             return (learned.params, learned.opt_state), None
 
         keys = jax.random.split(s.key, num_updates)
@@ -128,7 +126,7 @@ def measure(
         ("update", update),
     ]
     times = {name: best_time(lambda f=f: f(state), repeats) for name, f in pieces}
-    steps = iterations * num_envs
+    steps = num_steps * num_envs
     parts = {
         "act_env": times["act_env"],
         "buffer_insert": max(times["insert"] - times["act_env"], 0.0),
@@ -143,7 +141,7 @@ def measure(
         "env_steps_timed": steps,
         "gradient_steps_timed": num_updates,
         "sps_full": steps / times["full"],
-        "ceiling_sps_random_actions": ceiling_sps(args.env_id, num_envs, iterations, repeats),
+        "ceiling_sps_random_actions": ceiling_sps(args.env_id, num_envs, num_steps, repeats),
         "seconds": times,
         "fraction_of_full": {k: v / times["full"] for k, v in parts.items()},
     }
@@ -154,37 +152,37 @@ def chunk_overhead(total_timesteps: int, num_chunks: int, repeats: int) -> dict:
     against the single program train(key), one seed, default config otherwise."""
     args = dqn_jax.Args(total_timesteps=total_timesteps, num_chunks=num_chunks)
     algo = dqn_jax.make_algorithm(args)  # validates the flags
-    units_per_chunk, chunks = dqn_jax.plan_chunks(algo.num_units, args.num_chunks)
+    iterations_per_chunk, chunks = dqn_jax.plan_chunks(algo.num_iterations, args.num_chunks)
     keys = jax.random.PRNGKey(0)[None]  # [S = 1]: a seed axis, as the CLI vmaps over the seeds
     init = jax.jit(jax.vmap(algo.init))
     train = jax.jit(jax.vmap(dqn_jax.make_train(args)))
 
-    def compiled_chunk(units: int):  # jit(vmap(run_chunk)), as the harness's compile_chunk builds it
-        return jax.jit(jax.vmap(functools.partial(dqn_jax.run_chunk, algo, units), in_axes=(0, None)))
+    def compiled_chunk(iterations: int):  # jit(vmap(run_chunk)), as the harness's compile_chunk builds it
+        return jax.jit(jax.vmap(functools.partial(dqn_jax.run_chunk, algo, iterations), in_axes=(0, None)))
 
-    chunk, whole = compiled_chunk(units_per_chunk), compiled_chunk(algo.num_units)
+    chunk, whole = compiled_chunk(iterations_per_chunk), compiled_chunk(algo.num_iterations)
     run_dir = Path(tempfile.mkdtemp(prefix="dqn_speed_"))
 
     def chunked():  # the harness's train_chunks without the logging
         state = init(keys)
         for index in range(chunks):
-            first = index * units_per_chunk
-            done = min(first + units_per_chunk, algo.num_units)
+            first = index * iterations_per_chunk
+            done = min(first + iterations_per_chunk, algo.num_iterations)
             state, metrics = chunk(state, np.int32(first))
             host_state, _ = jax.device_get((state, metrics))
             if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
                 raise RuntimeError(f"non-finite parameters after chunk {index}")
             seed_state = jax.tree.map(lambda x: x[0], host_state)
-            dqn_jax.save_checkpoint(run_dir, done, done * algo.steps_per_unit, seed_state)
+            dqn_jax.save_checkpoint(run_dir, done, done * algo.env_steps_per_iteration, seed_state)
         return state.params
 
     single = best_time(lambda: train(keys)[0].params, repeats)
     one_chunk = best_time(lambda: whole(init(keys), np.int32(0))[0].params, repeats)
     chunked_s = best_time(chunked, repeats)
     return {
-        "env_steps": algo.num_units * algo.steps_per_unit,
+        "env_steps": algo.num_iterations * algo.env_steps_per_iteration,
         "num_chunks": chunks,
-        "units_per_chunk": units_per_chunk,
+        "iterations_per_chunk": iterations_per_chunk,
         "repeats": repeats,
         "single_program_s": single,
         "one_chunk_s": one_chunk,
@@ -201,7 +199,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=1)
     parser.add_argument("--train-frequency", type=int, default=10)
     parser.add_argument("--target-network-frequency", type=int, default=500)
-    parser.add_argument("--iterations", type=int, default=20_000, help="scan steps per timed call")
+    parser.add_argument("--steps", type=int, default=20_000, help="DQN steps (of all envs) per timed call")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per piece (the best counts)")
     parser.add_argument("--chunk-overhead", action="store_true", help="also time chunked vs single program")
     parser.add_argument("--chunk-timesteps", type=int, default=500_000, help="env steps of the chunked run")
@@ -212,7 +210,7 @@ def main() -> None:
         options.num_envs,
         options.train_frequency,
         options.target_network_frequency,
-        options.iterations,
+        options.steps,
         options.repeats,
     )
     if options.chunk_overhead:

@@ -64,7 +64,7 @@ def main() -> None:
     start = time.perf_counter()
     compiled = program.lower(inputs).compile()
     print(f"compiled vibe_rl {cli.script} in {time.perf_counter() - start:.1f}s", flush=True)
-    steps = algo.num_units * algo.steps_per_unit
+    steps = algo.num_iterations * algo.env_steps_per_iteration
     for _ in range(cli.repeats):
         start = time.perf_counter()
         state, metrics = jax.block_until_ready(compiled(inputs))

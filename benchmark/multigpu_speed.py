@@ -1,7 +1,7 @@
 """Speed of ppo_multigpu.py against ppo_jax_scan.py, same config, same process.
 
 On one device the sharded script must cost ~nothing: this times the chunk the CLI compiles
-(built by the scripts' own run harness: open_run, initial_state, compile_chunk; all updates in
+(built by the scripts' own run harness: open_run, initial_state, compile_chunk; all iterations in
 one chunk, compile excluded, best of --repeats) and prints env steps/s per seed and their ratio.
 On several devices (a GPU machine, or CPU with XLA_FLAGS=--xla_force_host_platform_device_count=N)
 it times ppo_multigpu.py twice more: one seed per device (--data-devices 1, a seed per device)
@@ -35,20 +35,20 @@ def config(cli: argparse.Namespace) -> dict[str, Any]:
         num_steps=cli.num_steps,
         num_minibatches=cli.num_minibatches,
         update_epochs=cli.update_epochs,
-        total_timesteps=batch * cli.updates,
+        total_timesteps=batch * cli.iterations,
         num_chunks=1,
     )
 
 
 def time_script(script: ModuleType, cli: argparse.Namespace, **flags: Any) -> float:
-    """Env steps/s per seed of one compiled chunk of cli.updates updates, as the CLI runs it."""
+    """Env steps/s per seed of one compiled chunk of cli.iterations iterations, as the CLI runs it."""
     args = script.Args(**config(cli), **flags)
     with tempfile.TemporaryDirectory() as output_dir:  # open_run makes the (unused) run directories
         run = script.open_run(dataclasses.replace(args, output_dir=output_dir))
     state = script.initial_state(run, None)
     chunk = script.compile_chunk(run, state)
     seconds = best_time(lambda: chunk(state, np.int32(0)), cli.repeats)
-    return run.algo.num_units * run.algo.steps_per_unit / seconds
+    return run.algo.num_iterations * run.algo.env_steps_per_iteration / seconds
 
 
 def main() -> None:
@@ -58,7 +58,9 @@ def main() -> None:
     parser.add_argument("--num-steps", type=int, default=128)
     parser.add_argument("--num-minibatches", type=int, default=4)
     parser.add_argument("--update-epochs", type=int, default=4)
-    parser.add_argument("--updates", type=int, default=50, help="PPO updates in the timed chunk")
+    parser.add_argument(  # --updates: its name before the scripts called them iterations
+        "--iterations", "--updates", type=int, default=50, help="PPO iterations in the timed chunk"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument("--multi-only", action="store_true", help="skip the one-device comparison")

@@ -28,19 +28,21 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="an Args field")
     cli = parser.parse_args()
     cleanrl_cartpole = {"num_envs": 4, "num_steps": 128, "total_timesteps": 500_000}
-    ppo = ppo_module.build_ppo(ppo_module.Args(**cleanrl_cartpole | parse_settings(ppo_module.Args, cli.set)))
-    num_iterations = ppo.sizes.num_iterations
-    state = jax.jit(functools.partial(ppo_module.init_state, ppo))(jax.random.PRNGKey(0))
+    setup = ppo_module.build_setup(
+        ppo_module.Args(**cleanrl_cartpole | parse_settings(ppo_module.Args, cli.set))
+    )
+    num_iterations = setup.sizes.num_iterations
+    state = jax.jit(functools.partial(ppo_module.init_state, setup))(jax.random.PRNGKey(0))
 
     def rollouts(state: ppo_module.RunnerState) -> jax.Array:
         def one(state: ppo_module.RunnerState, _: None) -> tuple[ppo_module.RunnerState, jax.Array]:
-            state, trajectory = ppo_module.rollout(ppo, state)
+            state, trajectory = ppo_module.rollout(setup, state)
             return state, trajectory.reward.sum()  # an output, so that nothing is compiled away
 
         return jax.lax.scan(one, state, None, length=num_iterations)[1]
 
     def iterations(state: ppo_module.RunnerState) -> ppo_module.Metrics:
-        one_iteration = functools.partial(ppo_module.iteration, ppo)
+        one_iteration = functools.partial(ppo_module.iteration, setup)
         _, metrics = jax.lax.scan(one_iteration, state, jnp.arange(num_iterations))
         return metrics
 

@@ -1,13 +1,13 @@
 """Speed of vibe_rl/sac_jax.py: environment steps/s and gradient updates/s.
 
-One compiled block of iterations (the script's run_unit) is timed twice from the same state:
-once while the iterations only act (random actions before learning_starts: env steps
-and replay-buffer writes) and once while they learn (the same plus one critic step, the
-delayed actor/alpha steps and the Polyak update). Compile time is excluded (best of
-`--repeats` calls after a warm-up call). The gymnax ceiling (random actions, no buffer)
-is measured alongside.
+One compiled iteration of `--steps` steps (the script's `iteration`, as the run harness calls
+it) is timed twice from the same state: once while its steps only act (random actions before
+learning_starts: env steps and replay-buffer writes) and once while they learn (the same plus
+one critic step, the delayed actor/alpha steps and the Polyak update). Compile time is excluded
+(best of `--repeats` calls after a warm-up call). The gymnax ceiling (random actions, no
+buffer) is measured alongside.
 
-    python -m benchmark.sac_speed --env-id Pendulum-v1 --iterations 2000
+    python -m benchmark.sac_speed --env-id Pendulum-v1 --steps 2000
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from vibe_rl import sac_jax as sac
 def measure(
     env_id: str,
     num_envs: int,
-    iterations: int,
+    steps: int,
     hidden_size: int,
     batch_size: int,
     num_seeds: int,
@@ -36,25 +36,25 @@ def measure(
     args = sac.Args(
         env_id=env_id,
         num_envs=num_envs,
-        total_timesteps=2 * iterations * num_envs,
-        learning_starts=iterations * num_envs,  # block 0 only acts, block 1 learns
-        log_frequency=iterations * num_envs,  # one block (the harness's unit) is the timed program
+        total_timesteps=2 * steps * num_envs,
+        learning_starts=steps * num_envs,  # iteration 0 only acts, iteration 1 learns
+        log_frequency=steps * num_envs,  # one iteration (the harness's logged unit) is the timed program
         hidden_size=hidden_size,
         batch_size=batch_size,
-        buffer_size=max(2 * iterations * num_envs, 1),
+        buffer_size=max(2 * steps * num_envs, 1),
     )
     algo = sac.make_algorithm(args)
     keys = jax.random.split(jax.random.PRNGKey(0), num_seeds)
     state = jax.jit(jax.vmap(algo.init))(keys)
-    run_block = jax.jit(jax.vmap(algo.run_unit, in_axes=(0, None)))
-    state, _ = run_block(state, jnp.int32(0))  # a filled buffer for the learning block
-    act_s = best_time(lambda: run_block(state, jnp.int32(0)), repeats)
-    learn_s = best_time(lambda: run_block(state, jnp.int32(1)), repeats)
+    run_iteration = jax.jit(jax.vmap(algo.iteration, in_axes=(0, None)))
+    state, _ = run_iteration(state, jnp.int32(0))  # a filled buffer for the learning iteration
+    act_s = best_time(lambda: run_iteration(state, jnp.int32(0)), repeats)
+    learn_s = best_time(lambda: run_iteration(state, jnp.int32(1)), repeats)
     return {
-        "acting_env_steps_per_s": num_seeds * iterations * num_envs / act_s,
-        "training_env_steps_per_s": num_seeds * iterations * num_envs / learn_s,
-        "gradient_updates_per_s": num_seeds * iterations / learn_s,
-        "ms_per_gradient_update": 1000 * learn_s / (num_seeds * iterations),
+        "acting_env_steps_per_s": num_seeds * steps * num_envs / act_s,
+        "training_env_steps_per_s": num_seeds * steps * num_envs / learn_s,
+        "gradient_updates_per_s": num_seeds * steps / learn_s,
+        "ms_per_gradient_update": 1000 * learn_s / (num_seeds * steps),
     }
 
 
@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-id", default="Pendulum-v1")
     parser.add_argument("--num-envs", type=int, default=1)
-    parser.add_argument("--iterations", type=int, default=2000, help="iterations per timed chunk")
+    parser.add_argument("--steps", type=int, default=2000, help="steps (of all envs) of the timed iteration")
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-seeds", type=int, default=1, help="seeds vmapped in one program")
@@ -79,7 +79,7 @@ def main() -> None:
         **measure(
             options.env_id,
             options.num_envs,
-            options.iterations,
+            options.steps,
             options.hidden_size,
             options.batch_size,
             options.num_seeds,

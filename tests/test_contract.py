@@ -261,7 +261,7 @@ COMMON_BAD_INPUTS = [
     (flags(resume="/nonexistent/run"), "--resume /nonexistent/run: not a run directory (no args.json)"),
     (
         flags(env_id="DeepSea-bsuite") + ["--capture-video"],
-        "--capture-video renders classic-control and MinAtar",
+        "--capture-video renders classic-control, MinAtar and Brax envs",
     ),
 ]
 BAD_INPUTS = [(name, f, m) for name, c in SCRIPTS.items() for f, m in COMMON_BAD_INPUTS + c.bad_inputs]

@@ -1,5 +1,5 @@
 """Tests of vibe_rl/dqn_jax.py: the replay buffer, the math, time limits on probe envs, the CNN,
-shapes under jit and vmap, chunks, the logged blocks, learning. The command-line contract (bad
+shapes under jit and vmap, chunks, the logged iterations, learning. The command-line contract (bad
 input, resume, run directory) is tested for every script in test_contract.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from _helpers import ConstantRewardProbe, CountingProbe, run_in_chunks, tree_equ
 
 from vibe_rl import dqn_jax as dqn
 
-# A tiny budget that still takes gradient steps: 400 env steps (4 blocks of 25 steps of 4 envs),
+# A tiny budget that still takes gradient steps: 400 env steps (4 iterations of 25 steps of 4 envs),
 # learning from env step 100.
 TINY = dict(
     num_envs=4,
@@ -34,15 +34,15 @@ def tiny_args(**overrides) -> dqn.Args:
     return dqn.Args(**{**TINY, **overrides})
 
 
-def probe_dqn(env, **overrides) -> dqn.DQN:
+def probe_setup(env, **overrides) -> dqn.Setup:
     """DQN (two actions, an MLP) on a probe env with observations [1]."""
-    program = dqn.build_dqn(tiny_args(**overrides))
-    return program._replace(spec=dqn.EnvSpec(env, env.default_params, (1,), jnp.float32, 2))
+    setup = dqn.build_setup(tiny_args(**overrides))
+    return setup._replace(spec=dqn.env_spec(env, env.default_params), obs_dtype=jnp.float32)
 
 
-def train_probe(program: dqn.DQN, key: jax.Array) -> dqn.RunnerState:
-    blocks = jnp.arange(program.sizes.num_blocks)
-    state, _ = jax.lax.scan(functools.partial(dqn.block, program), dqn.init_state(program, key), blocks)
+def train_probe(setup: dqn.Setup, key: jax.Array) -> dqn.RunnerState:
+    iterations = jnp.arange(setup.sizes.num_iterations)
+    state, _ = jax.lax.scan(functools.partial(dqn.iteration, setup), dqn.init_state(setup, key), iterations)
     return state
 
 
@@ -84,13 +84,13 @@ def test_buffer_samples_only_filled_slots_uniformly():
 
 
 def test_buffer_memory_formula_and_uint8_minatar_observations():
-    spec = dqn.make_env("Breakout-MinAtar")
-    assert spec.obs_dtype == jnp.uint8 and spec.obs_shape == (10, 10, 4)
-    buffer = dqn.buffer_init(1000, spec.obs_shape, spec.obs_dtype)
+    minatar = dqn.build_setup(dqn.Args(env_id="Breakout-MinAtar"))
+    assert minatar.obs_dtype == jnp.uint8 and minatar.spec.obs_shape == (10, 10, 4)
+    buffer = dqn.buffer_init(1000, minatar.spec.obs_shape, minatar.obs_dtype)
     nbytes = sum(x.nbytes for x in jax.tree.leaves(buffer)) - 8  # minus position and size
     assert nbytes == 1000 * (2 * 400 + 4 + 4 + 1)  # C * (2 * obs_bytes + action + reward + flag)
-    cartpole = dqn.make_env("CartPole-v1")
-    buffer = dqn.buffer_init(10, cartpole.obs_shape, cartpole.obs_dtype)
+    cartpole = dqn.build_setup(dqn.Args(env_id="CartPole-v1"))
+    buffer = dqn.buffer_init(10, cartpole.spec.obs_shape, cartpole.obs_dtype)
     assert sum(x.nbytes for x in jax.tree.leaves(buffer)) - 8 == 10 * 41
 
 
@@ -149,9 +149,9 @@ def test_polyak_and_hard_target_update():
 def test_step_stores_the_real_final_observation(terminate_at, obs, next_obs, terminated):
     """CountingProbe, obs [t]: the step that ends an episode stores next_obs [end] (the
     real final observation, not the reset [0]); only a termination is stored as one."""
-    program = probe_dqn(CountingProbe(terminate_at), num_envs=1, learning_starts=10**6, buffer_size=20)
-    state = dqn.init_state(program, jax.random.PRNGKey(0))
-    state, _ = jax.lax.scan(functools.partial(dqn.step, program), state, jnp.arange(6))
+    setup = probe_setup(CountingProbe(terminate_at), num_envs=1, learning_starts=10**6, buffer_size=20)
+    state = dqn.init_state(setup, jax.random.PRNGKey(0))
+    state, _ = jax.lax.scan(functools.partial(dqn.step, setup), state, jnp.arange(6))
     np.testing.assert_array_equal(state.buffer.data.obs[:6, 0], obs)
     np.testing.assert_array_equal(state.buffer.data.next_obs[:6, 0], next_obs)
     np.testing.assert_array_equal(state.buffer.data.terminated[:6], np.array(terminated, bool))
@@ -159,7 +159,7 @@ def test_step_stores_the_real_final_observation(terminate_at, obs, next_obs, ter
 
 def test_q_bootstraps_through_time_limit():
     """Constant reward 1, only time-limit ends: Q must reach 1/(1-gamma) = 2, not ~1.6."""
-    program = probe_dqn(
+    setup = probe_setup(
         ConstantRewardProbe(),
         total_timesteps=6000,
         gamma=0.5,
@@ -170,8 +170,8 @@ def test_q_bootstraps_through_time_limit():
         target_network_frequency=100,
         log_frequency=1000,
     )
-    state = jax.jit(functools.partial(train_probe, program))(jax.random.PRNGKey(0))
-    q = program.network.apply(state.params, jnp.ones((1, 1)))
+    state = jax.jit(functools.partial(train_probe, setup))(jax.random.PRNGKey(0))
+    q = setup.network.apply(state.params, jnp.ones((1, 1)))
     np.testing.assert_allclose(q, [[2.0, 2.0]], atol=0.05)
 
 
@@ -179,32 +179,33 @@ def test_q_bootstraps_through_time_limit():
 
 
 def test_cnn_is_the_minatar_3x3_valid_convolution_with_its_initial_values():
-    net = dqn.QNetwork(num_actions=3, cnn=True)
+    """The harness's Conv3x3 is nn.Conv(16, (3, 3), padding="VALID") with the kernel [3, 3, C, 16]
+    held as [9C, 16]; the CNN is it, ReLU, a dense 128, ReLU, the head. Its kernel starts as
+    nn.Conv's would: LeCun normal over the fan-in 9C, zero bias."""
     obs = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (5, 10, 10, 4)).astype(jnp.float32)
-    params = net.init(jax.random.PRNGKey(1), obs)["params"]
-    conv, dense, head = params["Conv_0"], params["Dense_0"], params["Dense_1"]
-    kernel = conv["kernel"].reshape(3, 3, 4, 16)  # [9C, 16] -> [H, W, C_in, C_out]
-    layout = ("NHWC", "HWIO", "NHWC")
-    x = jax.lax.conv_general_dilated(obs, kernel, (1, 1), "VALID", dimension_numbers=layout)
-    x = jax.nn.relu(x + conv["bias"]).reshape(5, -1)  # [5, 8 * 8 * 16]
-    expected = jax.nn.relu(x @ dense["kernel"] + dense["bias"]) @ head["kernel"] + head["bias"]
-    np.testing.assert_allclose(net.apply({"params": params}, obs), expected, rtol=1e-5, atol=1e-5)
+    conv = nn.Conv(16, (3, 3), padding="VALID")
 
-    class WithConv(nn.Module):  # the same network written with nn.Conv
-        @nn.compact
-        def __call__(self, x):
-            x = nn.relu(nn.Conv(16, (3, 3), padding="VALID")(x))
-            x = nn.relu(nn.Dense(128)(x.reshape(x.shape[0], -1)))
-            return nn.Dense(3)(x)
+    def as_conv(patch_params):  # Conv3x3's parameters as nn.Conv's
+        kernel = patch_params["kernel"].reshape(3, 3, 4, 16)  # [9C, 16] -> [H, W, C_in, C_out]
+        return {"params": {"kernel": kernel, "bias": patch_params["bias"]}}
 
-    conv_params = WithConv().init(jax.random.PRNGKey(1), obs)["params"]
-    assert tree_equal(conv_params["Conv_0"]["kernel"].reshape(36, 16), conv["kernel"])
+    conv3x3 = dqn.Conv3x3(16)
+    variables = conv3x3.init(jax.random.PRNGKey(1), obs)
     np.testing.assert_allclose(
-        WithConv().apply({"params": conv_params}, obs),
-        net.apply({"params": params}, obs),
+        conv3x3.apply(variables, obs),
+        conv.apply(as_conv(variables["params"]["Dense_0"]), obs),
         rtol=1e-5,
         atol=1e-5,
     )
+
+    net = dqn.QNetwork(num_actions=3, cnn=True)
+    params = net.init(jax.random.PRNGKey(1), obs)["params"]
+    patches, dense, head = params["Conv3x3_0"]["Dense_0"], params["Dense_0"], params["Dense_1"]
+    x = jax.nn.relu(conv.apply(as_conv(patches), obs)).reshape(5, -1)  # [5, 8 * 8 * 16]
+    expected = jax.nn.relu(x @ dense["kernel"] + dense["bias"]) @ head["kernel"] + head["bias"]
+    np.testing.assert_allclose(net.apply({"params": params}, obs), expected, rtol=1e-5, atol=1e-5)
+    assert patches["kernel"].shape == (36, 16) and not np.asarray(patches["bias"]).any()
+    np.testing.assert_allclose(np.std(patches["kernel"]), 1 / np.sqrt(36), rtol=0.15)
 
 
 # --- shapes under jit and vmap; chunks equal the single program ------------------------
@@ -213,71 +214,71 @@ def test_cnn_is_the_minatar_3x3_valid_convolution_with_its_initial_values():
 @pytest.mark.parametrize(("env_id", "cnn"), [("CartPole-v1", False), ("Breakout-MinAtar", True)])
 def test_train_shapes_under_jit_and_vmap(env_id, cnn):
     args = tiny_args(env_id=env_id, double_dqn=cnn, loss="huber")
-    program = dqn.build_dqn(args)
-    spec, sizes = program.spec, program.sizes
-    assert program.network.cnn == cnn  # --network auto picks by the observation's shape
+    setup = dqn.build_setup(args)
+    spec, sizes = setup.spec, setup.sizes
+    assert setup.network.cnn == cnn  # --network auto picks by the observation's shape
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     state, metrics = jax.jit(jax.vmap(dqn.make_train(args)))(keys)
     assert state.obs.shape == (2, args.num_envs, *spec.obs_shape)
     assert state.buffer.data.obs.shape == (2, args.buffer_size, *spec.obs_shape)
-    assert state.buffer.data.obs.dtype == spec.obs_dtype
-    assert metrics.td_loss.shape == (2, sizes.num_blocks) == (2, 4)
+    assert state.buffer.data.obs.dtype == setup.obs_dtype
+    assert metrics.td_loss.shape == (2, sizes.num_iterations) == (2, 4)
     assert state.buffer.size.tolist() == [args.buffer_size] * 2
-    # gradient steps at global steps 104, 108, ..., 400: 75 of them, none in the first block
+    # gradient steps at global steps 104, 108, ..., 400: 75 of them, none in the first iteration
     np.testing.assert_array_equal(metrics.gradient_steps, [[0, 25, 25, 25]] * 2)
     assert bool(jnp.all(jnp.isnan(metrics.td_loss[:, 0]))) and bool(
         jnp.all(jnp.isfinite(metrics.td_loss[:, 1:]))
     )
-    init = jax.vmap(functools.partial(dqn.init_state, program))(keys)
+    init = jax.vmap(functools.partial(dqn.init_state, setup))(keys)
     assert not tree_equal(init.params, state.params)
     assert not tree_equal(init.target_params, state.target_params)  # updated at 120, 160, ...
     assert not np.allclose(metrics.td_loss[0, 1:], metrics.td_loss[1, 1:])  # independent seeds
     if cnn:  # 2 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
-        assert state.params["params"]["Conv_0"]["kernel"].shape == (2, 36, 16)
+        assert state.params["params"]["Conv3x3_0"]["Dense_0"]["kernel"].shape == (2, 36, 16)
 
 
 def test_gradient_step_stays_a_branch_under_vmap():
-    """The step numbers come from the block index, a scan input that vmap over seeds leaves
+    """The step numbers come from the iteration's index, a scan input that vmap over seeds leaves
     unbatched: the gradient step and the target update stay lax.cond, not a select of both."""
-    program = dqn.build_dqn(tiny_args())
-    states = jax.vmap(functools.partial(dqn.init_state, program))(jax.random.split(jax.random.PRNGKey(0), 2))
-    vmapped = jax.vmap(functools.partial(dqn.block, program), in_axes=(0, None))
+    setup = dqn.build_setup(tiny_args())
+    states = jax.vmap(functools.partial(dqn.init_state, setup))(jax.random.split(jax.random.PRNGKey(0), 2))
+    vmapped = jax.vmap(functools.partial(dqn.iteration, setup), in_axes=(0, None))
     jaxpr = str(jax.make_jaxpr(vmapped)(states, jnp.int32(0)))
     assert jaxpr.count("cond[") >= 2, "the gradient step became a select under vmap"
 
 
 def test_chunked_run_equals_single_program():
-    # 5 blocks in chunks of 2: the last chunk runs one block and skips one; epsilon decays over 250 steps
+    # 5 iterations in chunks of 2: the last chunk runs one and skips one; epsilon decays over 250 steps
     args = tiny_args(total_timesteps=500, num_chunks=3, start_e=1.0, end_e=0.2, exploration_fraction=0.5)
     algo = dqn.make_algorithm(args)
-    units_per_chunk, num_chunks = dqn.plan_chunks(algo.num_units, args.num_chunks)
-    assert (algo.num_units, units_per_chunk, num_chunks) == (5, 2, 3)
+    iterations_per_chunk, num_chunks = dqn.plan_chunks(algo.num_iterations, args.num_chunks)
+    assert (algo.num_iterations, iterations_per_chunk, num_chunks) == (5, 2, 3)
     key = jax.random.PRNGKey(7)
     final, metrics = jax.jit(dqn.make_train(args))(key)
-    # the logged epsilon is the one of each block's last step (acting after 96, 196, ... env steps)
+    # the logged epsilon is the one of each iteration's last step (acting after 96, 196, ... env steps)
     expected_epsilon = [1 - 0.8 * 96 / 250, 1 - 0.8 * 196 / 250, 0.2, 0.2, 0.2]
     np.testing.assert_allclose(metrics.epsilon, expected_epsilon, rtol=1e-6)
     state, metrics = run_in_chunks(dqn, algo, key, args.num_chunks)
     chunk_metrics = metrics[-1]
-    assert bool(jnp.isnan(chunk_metrics.td_loss[-1]))  # the skipped block
+    assert bool(jnp.isnan(chunk_metrics.td_loss[-1]))  # the skipped iteration
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):  # buffer included
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-# --- the logged blocks ----------------------------------------------------------------
+# --- the logged iterations -------------------------------------------------------------
 
 
-def test_log_blocks_tile_the_run_and_a_prime_budget_gets_long_blocks():
+def test_iterations_tile_the_run_and_a_prime_budget_gets_long_iterations():
     # 3M steps of 16 envs = 187,500 steps, log every 1000 env steps = 62 steps: 60 divides
-    assert dqn.block_size(187_500, 62) == 60
-    assert dqn.block_size(500_000, 1000) == 1000  # the default run: 500 points
-    assert dqn.block_size(20_480, 1000) == 640
-    # a prime number of steps has no divisor but 1: blocks of 1000, the last 7 steps dropped
-    sizes = dqn.build_dqn(dqn.Args(total_timesteps=10_007, learning_starts=0)).sizes
-    assert sizes == dqn.Sizes(iterations_per_block=1000, num_blocks=10, num_iterations=10_000)
+    assert dqn.iteration_length(187_500, 62) == 60
+    assert dqn.iteration_length(500_000, 1000) == 1000  # the default run: 500 points
+    assert dqn.iteration_length(20_480, 1000) == 640
+    # a prime number of steps has no divisor but 1: iterations of 1000, the last 7 steps dropped
+    sizes = dqn.build_setup(dqn.Args(total_timesteps=10_007, learning_starts=0)).sizes
+    assert sizes == dqn.Sizes(steps_per_iteration=1000, num_iterations=10, total_steps=10_000)
     for n in range(1, 2000):  # the rule, as a property
         for cap in (1, 2, 7, 100, 1000, 5000):
-            size, reach = dqn.block_size(n, cap), min(cap, n)
+            size, reach = dqn.iteration_length(n, cap), min(cap, n)
             assert 2 * size >= reach and size <= reach, (n, cap, size)
             assert n % size == 0 or size == reach, (n, cap, size)  # tiles the run, or is the cap
 
@@ -289,8 +290,8 @@ def test_log_blocks_tile_the_run_and_a_prime_budget_gets_long_blocks():
 def test_cartpole_learns_with_a_reduced_budget():
     """A reduced budget (100k steps, 4 envs, exploration over 20%, lr 1e-3) instead of the
     500k default, so it runs in about a minute: seeds 1, 2, 3 each evaluate >= 150, far
-    above a random policy (~22). Measured: 306, 315, 184 (deterministic on CPU). The full
-    default config reaches 500 for each of these seeds (docs/dqn_jax.md)."""
+    above a random policy (~22). Measured: 499, 335, 490 (deterministic on CPU, 2026-11-25).
+    The full default config's results: docs/dqn_jax.md."""
     args = dqn.Args(
         total_timesteps=100_000,
         num_envs=4,

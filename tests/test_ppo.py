@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -19,8 +20,8 @@ from vibe_rl import ppo_jax_scan as ppo
 TINY = dict(num_envs=2, num_steps=8, total_timesteps=80, num_minibatches=2, update_epochs=2)
 
 
-def tiny(**overrides) -> ppo.PPO:
-    return ppo.build_ppo(ppo.Args(**{**TINY, **overrides}))
+def tiny(**overrides) -> ppo.Setup:
+    return ppo.build_setup(ppo.Args(**{**TINY, **overrides}))
 
 
 # --- math against hand-computed values -------------------------------------------------
@@ -82,11 +83,11 @@ def test_value_loss_clipped_and_unclipped():
 
 
 def test_policies_against_closed_forms():
-    """The policies, built as Actor builds them, against closed forms; and the Gumbel-max
-    trick rollout_step samples with."""
+    """The policies, the distrax distributions the Actor builds, against closed forms; and the
+    samples rollout_step draws from them (Gumbel-max; mean + std * noise)."""
     logits = np.array([[1.0, 2.0, 0.5]], np.float32)
     p = np.exp(logits[0]) / np.exp(logits[0]).sum()
-    categorical = ppo.Categorical(logits=logits)
+    categorical = distrax.Categorical(logits=logits)
     np.testing.assert_allclose(categorical.log_prob(jnp.array([1])), np.log(p[1])[None], rtol=1e-6)
     np.testing.assert_allclose(categorical.entropy(), [-(p * np.log(p)).sum()], rtol=1e-6)
     every_action = categorical.log_prob(jnp.arange(3)[:, None])  # [3, 1]: each action's log pi
@@ -97,25 +98,28 @@ def test_policies_against_closed_forms():
 
     mean, log_std = np.array([[0.5, -1.0]], np.float32), np.array([0.1, -0.3], np.float32)
     std = np.exp(log_std)
-    gauss = ppo.DiagGaussian(mean, np.broadcast_to(std, mean.shape))
+    gauss = distrax.MultivariateNormalDiag(mean, np.broadcast_to(std, mean.shape))
     density = np.exp(-0.5 * ((0 - mean[0]) / std) ** 2) / (std * np.sqrt(2 * np.pi))
     np.testing.assert_allclose(gauss.log_prob(jnp.zeros((1, 2))), [np.log(density).sum()], rtol=1e-5)
     np.testing.assert_allclose(gauss.entropy(), [np.sum(0.5 * np.log(2 * np.pi * np.e * std**2))], rtol=1e-5)
     np.testing.assert_allclose(gauss.mode(), mean)
+    draws = gauss.loc + gauss.scale_diag * jax.random.normal(jax.random.PRNGKey(1), (20000, 2))
+    np.testing.assert_allclose(draws.mean(0), mean[0], atol=0.03)
+    np.testing.assert_allclose(draws.std(0), std, rtol=0.03)
 
 
 def test_actor_heads_discrete_and_continuous():
     """The actor gives a Categorical over K actions, or a Gaussian with a state-independent std
     (log-std initialised to 0) whose mode is the mean; the evaluation action is clipped."""
-    for env_id, kind in (("CartPole-v1", "Categorical"), ("Pendulum-v1", "DiagGaussian")):
+    for env_id, kind in (("CartPole-v1", "Categorical"), ("Pendulum-v1", "MultivariateNormalDiag")):
         agent = tiny(env_id=env_id)
         state = ppo.init_state(agent, jax.random.PRNGKey(0))
-        obs = jnp.ones((3, agent.spec.obs_dim))
+        obs = jnp.ones((3, math.prod(agent.spec.obs_shape)))
         policy = agent.actor.apply(state.params.actor, obs)
         assert type(policy).__name__ == kind
         assert policy.log_prob(policy.mode()).shape == (3,)
         if not agent.spec.discrete:
-            np.testing.assert_allclose(policy.std, np.ones((3, 1)))
+            np.testing.assert_allclose(policy.scale_diag, np.ones((3, 1)))
             model = ppo.SavedModel(state.params, state.obs_rms)
             big = 1e6 * jnp.ones((3, 3))  # the mean action is clipped to Pendulum's [-2, 2]
             action = ppo.greedy_action(agent, model, big)
@@ -164,17 +168,17 @@ def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
 )
 def test_train_shapes_under_jit_and_vmap(env_id, network):
     args = ppo.Args(**TINY, env_id=env_id, network=network)
-    agent = ppo.build_ppo(args)
+    agent = ppo.build_setup(args)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     state, metrics = jax.jit(jax.vmap(ppo.make_train(args)))(keys)
-    assert state.obs.shape == (3, args.num_envs, agent.spec.obs_dim)
+    assert state.obs.shape == (3, args.num_envs, math.prod(agent.spec.obs_shape))
     assert metrics.value_loss.shape == (3, agent.sizes.num_iterations)
     assert bool(jnp.all(jnp.isfinite(metrics.value_loss)))
     # at least one gradient step was taken: the parameters moved
     init_params = jax.vmap(lambda key: ppo.init_state(agent, key))(keys).params
     assert not tree_equal(init_params, state.params)
     if network == "cnn":  # 3 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
-        assert init_params.actor["params"]["Dense_0"]["kernel"].shape == (3, 36, 16)
+        assert init_params.actor["params"]["Conv3x3_0"]["Dense_0"]["kernel"].shape == (3, 36, 16)
     assert not np.allclose(metrics.value_loss[0], metrics.value_loss[1])  # independent seeds
 
 
@@ -182,11 +186,11 @@ def test_cnn_torso_is_a_3x3_valid_convolution():
     class Torso(nn.Module):
         @nn.compact
         def __call__(self, obs):
-            return ppo.cnn_torso(obs, (10, 10, 4), 8)
+            return ppo.torso(obs, (10, 10, 4), 8, "cnn")
 
     obs = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (5, 400)).astype(jnp.float32)
     params = Torso().init(jax.random.PRNGKey(1), obs)["params"]
-    conv, dense = params["Dense_0"], params["Dense_1"]
+    conv, dense = params["Conv3x3_0"]["Dense_0"], params["Dense_0"]
     image = obs.reshape(5, 10, 10, 4)
     kernel = conv["kernel"].reshape(3, 3, 4, 16)  # [9C, 16] -> [H, W, C_in, C_out]
     layout = ("NHWC", "HWIO", "NHWC")
@@ -218,10 +222,10 @@ def test_target_kl_logs_the_last_epoch_that_ran():
     for name in ("value_loss", "policy_loss", "entropy", "approx_kl", "clipfrac"):
         assert bool(jnp.all(jnp.isfinite(getattr(metrics, name)))), name
     # and the early stop is real: one epoch of 2 minibatch steps moves less than four epochs
-    agent = ppo.build_ppo(args)
+    agent = ppo.build_setup(args)
     start = ppo.init_state(agent, jax.random.PRNGKey(0))
     once, _ = jax.jit(lambda s: ppo.iteration(agent, s, jnp.asarray(0)))(start)
-    full_agent = ppo.build_ppo(ppo.Args(**{**TINY, "update_epochs": 4}))
+    full_agent = ppo.build_setup(ppo.Args(**{**TINY, "update_epochs": 4}))
     full, _ = jax.jit(lambda s: ppo.iteration(full_agent, s, jnp.asarray(0)))(start)
 
     def moved(state: ppo.RunnerState) -> float:
@@ -238,16 +242,7 @@ def test_target_kl_logs_the_last_epoch_that_ran():
 def test_value_bootstraps_through_time_limit(continuous):
     """Constant reward 1, only time-limit ends: V must reach 1/(1-gamma) = 2, not ~1.6."""
     env = ConstantRewardProbe(continuous=continuous)
-    spec = ppo.EnvSpec(
-        env,
-        env.default_params,
-        (1,),
-        1,
-        not continuous,
-        1 if continuous else 2,
-        np.array([-1.0], np.float32),
-        np.array([1.0], np.float32),
-    )
+    spec = ppo.env_spec(env, env.default_params)
     args = ppo.Args(
         num_envs=4,
         num_steps=16,
@@ -257,7 +252,7 @@ def test_value_bootstraps_through_time_limit(continuous):
         anneal_lr=False,
         ent_coef=0.0,
     )
-    agent = ppo.build_ppo(args)._replace(spec=spec)
+    agent = ppo.build_setup(args)._replace(spec=spec)
     agent = agent._replace(actor=ppo.Actor(spec, args.hidden_size), critic=ppo.Critic(spec, args.hidden_size))
     num_iterations = agent.sizes.num_iterations
 

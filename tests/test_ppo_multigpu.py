@@ -182,9 +182,9 @@ def test_advantages_are_normalised_per_minibatch():
 
 
 def test_derived_sizes_are_not_flags_and_the_shuffle_group_is_the_smallest_that_divides():
-    sizes = ppo.build_ppo(ppo.Args()).sizes  # 128 steps, 4 minibatches: G = 1
+    sizes = ppo.build_setup(ppo.Args()).sizes  # 128 steps, 4 minibatches: G = 1
     assert sizes[:4] == (512, 128, 976, 1) and sizes.envs_per_device == 4 // sizes.data_axis
-    assert ppo.build_ppo(ppo.Args(num_steps=10, num_envs=8)).sizes.group_envs == 2  # 4 | 10 * G
+    assert ppo.build_setup(ppo.Args(num_steps=10, num_envs=8)).sizes.group_envs == 2  # 4 | 10 * G
     assert not {f.name for f in dataclasses.fields(ppo.Args)} & set(ppo.Sizes._fields)
 
 
@@ -195,9 +195,9 @@ def test_fsdp_spec_shards_the_largest_divisible_axis():
 
 
 def test_state_specs_split_the_env_fields_along_data():
-    agent = ppo.build_ppo(ppo.Args(**TINY, fsdp=True))
-    state = jax.eval_shape(lambda key: ppo.init_state(agent, key), jax.random.PRNGKey(0))
-    specs = ppo.state_specs(agent, state)
+    setup = ppo.build_setup(ppo.Args(**TINY, fsdp=True))
+    state = jax.eval_shape(lambda key: ppo.init_state(setup, key), jax.random.PRNGKey(0))
+    specs = ppo.state_specs(setup, state)
     is_spec = lambda x: isinstance(x, ppo.P)  # noqa: E731
     assert set(jax.tree.leaves(specs.env_state, is_leaf=is_spec)) == {ppo.P("data")}
     assert specs.obs == specs.episode_return == ppo.P("data")
@@ -213,9 +213,9 @@ def test_state_specs_split_the_env_fields_along_data():
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_init_sampling_and_rollout_are_those_of_ppo_jax_scan(env_id):
     """Both PPO files act alike: the same initial state, the same actions from the same noise
-    drawn ahead (they once had different sample() signatures), the same metrics and tags."""
+    drawn ahead (both sample their distrax policies by hand), the same metrics and tags."""
     args = dict(**TINY, env_id=env_id)
-    ours, theirs = ppo.build_ppo(ppo.Args(**args)), ppo_jax_scan.build_ppo(ppo_jax_scan.Args(**args))
+    ours, theirs = ppo.build_setup(ppo.Args(**args)), ppo_jax_scan.build_setup(ppo_jax_scan.Args(**args))
     key = jax.random.PRNGKey(5)
     state = jax.jit(lambda k: ppo.init_state(ours, k))(key)
     assert tree_equal(state, jax.jit(lambda k: ppo_jax_scan.init_state(theirs, k))(key))
@@ -234,8 +234,8 @@ def test_evaluate_saved_model_example_names_no_other_script():
 
 
 def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
-    agent = ppo.build_ppo(ppo.Args(**TINY))
-    check_vmapped_init(lambda key: ppo.init_state(agent, key))
+    setup = ppo.build_setup(ppo.Args(**TINY))
+    check_vmapped_init(lambda key: ppo.init_state(setup, key))
 
 
 def test_make_train_jit_vmap_continuous_actions():

@@ -3,6 +3,8 @@ learning. The command-line contract (bad input, resume, run directory) is tests/
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -23,19 +25,20 @@ def tiny_args(**overrides) -> pqn_jax.Args:
     return pqn_jax.Args(**{**TINY, **overrides})
 
 
-def probe_pqn(env, args: pqn_jax.Args):
+def probe_setup(env, args: pqn_jax.Args) -> pqn_jax.Setup:
     """PQN on a probe environment (not registered in gymnax): build for CartPole, swap the env."""
-    params = env.default_params
-    spec = pqn_jax.EnvSpec(env, params, (1,), 1, int(env.action_space(params).n))
-    pqn = pqn_jax.build_pqn(args)
-    return pqn._replace(spec=spec, network=pqn_jax.QNetwork(spec.num_actions, (1,), args.hidden_size, "mlp"))
+    spec = pqn_jax.env_spec(env, env.default_params)
+    q_network = pqn_jax.QNetwork(spec.action_dim, spec.obs_shape, args.hidden_size, "mlp")
+    return pqn_jax.build_setup(args)._replace(spec=spec, q_network=q_network)
 
 
-def train_pqn(pqn, key: jax.Array):
-    """What make_train returns, for a PQN built here (e.g. on a probe env)."""
-    indices = jnp.arange(pqn.sizes.num_iterations)
+def train_setup(setup: pqn_jax.Setup, key: jax.Array):
+    """What make_train returns, for a Setup built here (e.g. on a probe env)."""
+    indices = jnp.arange(setup.sizes.num_iterations)
     return jax.jit(
-        lambda k: jax.lax.scan(lambda s, i: pqn_jax.iteration(pqn, s, i), pqn_jax.init_state(pqn, k), indices)
+        lambda k: jax.lax.scan(
+            lambda s, i: pqn_jax.iteration(setup, s, i), pqn_jax.init_state(setup, k), indices
+        )
     )(key)
 
 
@@ -95,20 +98,20 @@ def test_td_loss_hand_computed():
 
 @pytest.mark.parametrize(("env_id", "network"), [("CartPole-v1", "mlp"), ("Breakout-MinAtar", "cnn")])
 def test_q_network_shapes_under_jit_and_vmap(env_id, network):
-    pqn = pqn_jax.build_pqn(tiny_args(env_id=env_id, hidden_size=32))  # --network auto
-    assert pqn.network.network == network
-    spec = pqn.spec
+    setup = pqn_jax.build_setup(tiny_args(env_id=env_id, hidden_size=32))  # --network auto
+    assert setup.q_network.network == network
+    spec, obs_dim = setup.spec, math.prod(setup.spec.obs_shape)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    params = jax.jit(jax.vmap(lambda k: pqn.network.init(k, jnp.zeros((1, spec.obs_dim)))))(keys)
-    obs = jax.random.bernoulli(jax.random.PRNGKey(1), 0.3, (3, 5, spec.obs_dim)).astype(jnp.float32)
-    q_values = jax.jit(jax.vmap(pqn.network.apply))(params, obs)
-    assert q_values.shape == (3, 5, spec.num_actions)
+    params = jax.jit(jax.vmap(lambda k: setup.q_network.init(k, jnp.zeros((1, obs_dim)))))(keys)
+    obs = jax.random.bernoulli(jax.random.PRNGKey(1), 0.3, (3, 5, obs_dim)).astype(jnp.float32)
+    q_values = jax.jit(jax.vmap(setup.q_network.apply))(params, obs)
+    assert q_values.shape == (3, 5, spec.action_dim)
     layers = params["params"]
     # LayerNorm after each of the two hidden layers; 3 seeds on the leading axis
     assert layers["LayerNorm_0"]["scale"].shape == (3, 16 if network == "cnn" else 32)
     assert layers["LayerNorm_1"]["scale"].shape == (3, 32)
-    if network == "cnn":  # the 3x3 conv on C = 4 channels as a [9C, 16] kernel
-        assert layers["Dense_0"]["kernel"].shape == (3, 36, 16)
+    if network == "cnn":  # the 3x3 conv (Conv3x3, im2col) on C = 4 channels as a [9C, 16] kernel
+        assert layers["Conv3x3_0"]["Dense_0"]["kernel"].shape == (3, 36, 16)
     assert not np.allclose(q_values[0], q_values[1])  # seeds initialise differently
 
 
@@ -120,7 +123,7 @@ def test_cnn_torso_is_a_3x3_valid_convolution_with_layer_norms():
 
     obs = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (5, 400)).astype(jnp.float32)
     params = Torso().init(jax.random.PRNGKey(1), obs)["params"]
-    conv, dense = params["Dense_0"], params["Dense_1"]
+    conv, dense = params["Conv3x3_0"]["Dense_0"], params["Dense_0"]
 
     def layer_norm(x):  # flax's LayerNorm at init: scale 1, offset 0, epsilon 1e-6
         return (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-6)
@@ -136,7 +139,7 @@ def test_cnn_torso_is_a_3x3_valid_convolution_with_layer_norms():
 
 def test_continuous_env_is_refused_pointing_to_sac():
     with pytest.raises(pqn_jax.ArgsError, match="sac_jax.py"):
-        pqn_jax.build_pqn(tiny_args(env_id="Pendulum-v1"))
+        pqn_jax.build_setup(tiny_args(env_id="Pendulum-v1"))
 
 
 # --- the rollout and time limits on probe environments ---------------------------------
@@ -145,9 +148,9 @@ def test_continuous_env_is_refused_pointing_to_sac():
 def test_rollout_stores_the_real_final_observation_at_a_time_limit():
     """CountingProbe observes [t]; truncated after 5 steps. The transition keeps [5], the next
     observation is the reset one, [0]."""
-    pqn = probe_pqn(CountingProbe(), tiny_args(num_envs=2, num_steps=12))
-    state = pqn_jax.init_state(pqn, jax.random.PRNGKey(0))
-    _, traj = pqn_jax.rollout(pqn, state, jnp.asarray(0))
+    setup = probe_setup(CountingProbe(), tiny_args(num_envs=2, num_steps=12))
+    state = pqn_jax.init_state(setup, jax.random.PRNGKey(0))
+    _, traj = pqn_jax.rollout(setup, state, jnp.asarray(0))
     assert traj.truncated[:, 0].tolist() == [t in (4, 9) for t in range(12)]
     assert not traj.terminated.any()
     np.testing.assert_array_equal(traj.obs[:6, 0, 0], [0, 1, 2, 3, 4, 0])
@@ -161,9 +164,9 @@ def test_q_learns_through_a_time_limit():
         num_envs=8, num_steps=16, total_timesteps=128 * 150, gamma=0.5, learning_rate=1e-2,
         anneal_lr=False, hidden_size=16, num_minibatches=4, reward_scale=1.0,
     )  # fmt: skip
-    pqn = probe_pqn(ConstantRewardProbe(), args)
-    state, _ = train_pqn(pqn, jax.random.PRNGKey(0))
-    q_values = pqn.network.apply(state.params, jnp.ones((1, 1)))
+    setup = probe_setup(ConstantRewardProbe(), args)
+    state, _ = train_setup(setup, jax.random.PRNGKey(0))
+    q_values = setup.q_network.apply(state.params, jnp.ones((1, 1)))
     np.testing.assert_allclose(q_values, [[2.0, 2.0]], atol=0.05)
 
 
@@ -174,9 +177,9 @@ def test_q_does_not_bootstrap_through_a_termination():
         num_envs=8, num_steps=16, total_timesteps=128 * 150, gamma=0.5, learning_rate=1e-2,
         anneal_lr=False, hidden_size=16, num_minibatches=4, reward_scale=1.0,
     )  # fmt: skip
-    pqn = probe_pqn(CountingProbe(terminate_at=3), args)
-    state, _ = train_pqn(pqn, jax.random.PRNGKey(0))
-    q_values = pqn.network.apply(state.params, jnp.array([[0.0], [1.0], [2.0]]))
+    setup = probe_setup(CountingProbe(terminate_at=3), args)
+    state, _ = train_setup(setup, jax.random.PRNGKey(0))
+    q_values = setup.q_network.apply(state.params, jnp.array([[0.0], [1.0], [2.0]]))
     np.testing.assert_allclose(q_values, [[1.75, 1.75], [1.5, 1.5], [1.0, 1.0]], atol=0.05)
 
 
@@ -187,12 +190,12 @@ def test_make_train_under_jit_and_vmap_takes_gradient_steps():
     args = tiny_args()
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     state, metrics = jax.jit(jax.vmap(pqn_jax.make_train(args)))(keys)
-    pqn = pqn_jax.build_pqn(args)
+    setup = pqn_jax.build_setup(args)
     num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)
-    assert state.obs.shape == (3, args.num_envs, pqn.spec.obs_dim)
+    assert state.obs.shape == (3, args.num_envs, math.prod(setup.spec.obs_shape))
     assert metrics.td_loss.shape == (3, num_iterations)
     assert bool(jnp.all(jnp.isfinite(metrics.td_loss))) and bool(jnp.all(metrics.grad_norm > 0))
-    init = jax.vmap(lambda k: pqn_jax.init_state(pqn, k))(keys)
+    init = jax.vmap(lambda k: pqn_jax.init_state(setup, k))(keys)
     assert not tree_equal(init.params, state.params)  # at least one gradient step was taken
     assert not np.allclose(metrics.td_loss[0], metrics.td_loss[1])  # seeds are independent runs
     # epsilon at the first rollout's last step: 28 of the 32 exploration steps done
@@ -204,8 +207,8 @@ def test_chunked_run_equals_single_program():
     algo = pqn_jax.make_algorithm(args)
     key = jax.random.PRNGKey(7)
     final, _ = jax.jit(pqn_jax.make_train(args))(key)
-    units_per_chunk, num_chunks = pqn_jax.plan_chunks(algo.num_units, 3)
-    assert (units_per_chunk, num_chunks) == (2, 3)
+    per_chunk, num_chunks = pqn_jax.plan_chunks(algo.num_iterations, 3)
+    assert (per_chunk, num_chunks) == (2, 3)
     state, metrics = run_in_chunks(pqn_jax, algo, key, 3)
     assert bool(jnp.isnan(metrics[-1].td_loss[-1])) and bool(jnp.isfinite(metrics[-1].td_loss[0]))
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):

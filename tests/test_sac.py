@@ -1,5 +1,5 @@
 """Tests of vibe_rl/sac_jax.py: the policy's math, the losses, the replay buffer, time limits, the
-logged blocks, shapes under jit and vmap, chunks, learning. The command line (bad input, resume,
+logged iterations, shapes under jit and vmap, chunks, learning. The command line (bad input, resume,
 the run directory) is tested for every script in test_contract.py."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from _helpers import AsymmetricBoxProbe, ConstantRewardProbe, load_script, run_i
 
 sac = load_script("sac_jax")
 
-# 300 env steps in blocks of 50 (6 logged points); gradient steps from env step 100 on
+# 300 env steps in iterations of 50 (6 logged points); gradient steps from env step 100 on
 TINY = dict(
     total_timesteps=300,
     learning_starts=100,
@@ -35,32 +35,31 @@ def tiny_args(**overrides) -> sac.Args:
 
 def probe_spec(env) -> sac.EnvSpec:
     """The EnvSpec of a probe env (make_env knows only gymnax's registered ones)."""
-    space = env.action_space(env.default_params)
-    low, high = (np.broadcast_to(np.asarray(x, np.float32), space.shape) for x in (space.low, space.high))
-    return sac.EnvSpec(env, env.default_params, 1, space.shape[0], low, high)
+    return sac.env_spec(env, env.default_params)
 
 
-def train(program: sac.SAC, key: jax.Array) -> tuple[sac.RunnerState, sac.Metrics]:
-    """make_train's train(key), for a built program (a probe env's)."""
-    indices = jnp.arange(program.sizes.num_blocks)
-    return jax.lax.scan(functools.partial(sac.block, program), sac.init_state(program, key), indices)
+def train(setup: sac.Setup, key: jax.Array) -> tuple[sac.RunnerState, sac.Metrics]:
+    """make_train's train(key), for a built setup (a probe env's)."""
+    indices = jnp.arange(setup.sizes.num_iterations)
+    return jax.lax.scan(functools.partial(sac.iteration, setup), sac.init_state(setup, key), indices)
 
 
 # --- the policy: a tanh-squashed Gaussian rescaled to the bounds --------------------------
 
-# (scale, bias) [A] of asymmetric bounds [-3, 0.5] to [1, 4]
-ASYMMETRIC = sac.action_scale_bias(np.array([-3.0, 0.5], np.float32), np.array([1.0, 4.0], np.float32))
+# asymmetric bounds [-3, 0.5] to [1, 4], [A]; the policy's affine map a = scale * tanh(x) + bias
+LOW, HIGH = np.array([-3.0, 0.5], np.float32), np.array([1.0, 4.0], np.float32)
+SCALE, BIAS = (HIGH - LOW) / 2, (HIGH + LOW) / 2
 
 
 def test_log_prob_matches_change_of_variables_numerically():
     """Sample, then recompute each density in float64: invert the squashing, take the Gaussian
     density of the pre-image and divide by a finite-difference Jacobian."""
-    scale, bias = ASYMMETRIC
+    scale, bias = SCALE, BIAS
     mean = jnp.array([[0.3, -1.2], [1.5, 0.0], [-0.4, 0.8]])  # [3, A]
     log_std = jnp.array([[-0.5, 0.2], [-1.0, -0.3], [0.4, -2.0]])
     mean, log_std = jnp.tile(mean, (100, 1)), jnp.tile(log_std, (100, 1))  # [300, A]
-    policy = sac.SquashedGaussian(mean, log_std, scale, bias)
-    action, log_prob = policy.sample_and_log_prob(jax.random.PRNGKey(0))
+    policy = sac.squashed_gaussian(mean, log_std, LOW, HIGH)
+    action, log_prob = policy.sample_and_log_prob(seed=jax.random.PRNGKey(0))
     assert action.shape == (300, 2) and log_prob.shape == (300,)
 
     a, mu, sigma = (np.asarray(v, np.float64) for v in (action, mean, jnp.exp(log_std)))
@@ -77,18 +76,20 @@ def test_log_prob_matches_change_of_variables_numerically():
 def test_log_prob_stays_exact_where_tanh_saturates():
     """Wide Gaussians push x far into tanh's flat tails, where float32's 1 - tanh(x)^2 is 0 and
     its log -inf. The policy's log-probabilities stay finite there and equal the float64 value,
-    with log(1 - tanh(x)^2) = -2 log cosh(x) (exact in float64 for |x| < 700)."""
-    scale, bias = ASYMMETRIC
+    with log(1 - tanh(x)^2) = -2 log cosh(x) (exact in float64 for |x| < 700). The Gaussian
+    sample x is the float32 one the policy drew (its base distribution, the same key)."""
+    scale, bias = SCALE, BIAS
     mean = 3.0 * jax.random.normal(jax.random.PRNGKey(1), (4096, 2))
     log_std = jax.random.uniform(
         jax.random.PRNGKey(2), (4096, 2), minval=sac.LOG_STD_MIN, maxval=sac.LOG_STD_MAX
     )
     key = jax.random.PRNGKey(3)
-    policy = jax.jit(lambda m, s: sac.SquashedGaussian(m, s, scale, bias).sample_and_log_prob(key))
-    action, log_prob = policy(mean, log_std)
+    policy = lambda m, s: sac.squashed_gaussian(m, s, LOW, HIGH)
+    action, log_prob = jax.jit(lambda m, s: policy(m, s).sample_and_log_prob(seed=key))(mean, log_std)
+    gaussian_sample = jax.jit(lambda m, s: policy(m, s).distribution.sample(seed=key))(mean, log_std)
 
-    noise, mu, ls = (np.asarray(v, np.float64) for v in (jax.random.normal(key, (4096, 2)), mean, log_std))
-    x = mu + np.exp(ls) * noise
+    x, mu, ls = (np.asarray(v, np.float64) for v in (gaussian_sample, mean, log_std))
+    noise = (x - mu) / np.exp(ls)
     assert np.abs(x).max() > 20  # saturated: float32 tanh(x) is exactly +-1 beyond about 9
     log_normal = -0.5 * noise**2 - ls - 0.5 * np.log(2 * np.pi)
     reference = np.sum(log_normal - np.log(scale) + 2 * np.log(np.cosh(x)), axis=-1)
@@ -100,10 +101,9 @@ def test_log_prob_stays_exact_where_tanh_saturates():
 def test_log_prob_matches_the_sample_histogram():
     """1-D: exp(log_prob) at 200k samples, averaged per bin, matches the histogram of those samples:
     the density the policy reports is the density it samples from."""
-    scale, bias = sac.action_scale_bias(np.array([-1.0]), np.array([3.0]))
     mean, log_std = jnp.full((200_000, 1), 0.4), jnp.full((200_000, 1), -0.2)
-    policy = sac.SquashedGaussian(mean, log_std, scale, bias)
-    action, log_prob = policy.sample_and_log_prob(jax.random.PRNGKey(1))
+    policy = sac.squashed_gaussian(mean, log_std, np.array([-1.0]), np.array([3.0]))
+    action, log_prob = policy.sample_and_log_prob(seed=jax.random.PRNGKey(1))
     action, density = np.asarray(action[:, 0]), np.exp(np.asarray(log_prob))
     counts, edges = np.histogram(action, bins=40, range=(-1.0, 3.0), density=True)
     in_bin = np.digitize(action, edges[1:-1])  # [200k]: each sample's bin
@@ -124,22 +124,22 @@ def test_actions_respect_asymmetric_bounds():
     low, high = spec.action_low, spec.action_high
     np.testing.assert_allclose(low, [-3.0, 0.5])
     np.testing.assert_allclose(high, [-1.0, 4.0])
-    scale, bias = sac.action_scale_bias(low, high)
-    # the evaluation action: saturated means reach the bounds, a zero mean gives the midpoint
+    # the evaluation action (the squashing of the mean): saturated means reach the bounds, a zero
+    # mean gives the midpoint
     mean = jnp.array([[-50.0, -50.0], [0.0, 0.0], [50.0, 50.0]])
-    policy = sac.SquashedGaussian(mean, jnp.zeros((3, 2)), scale, bias)
-    np.testing.assert_allclose(policy.squash(mean), [low, (low + high) / 2, high])
-    wide = sac.SquashedGaussian(jnp.repeat(mean, 1000, 0), jnp.full((3000, 2), 2.0), scale, bias)
-    action = wide.sample(jax.random.PRNGKey(0))
+    policy = sac.squashed_gaussian(mean, jnp.zeros((3, 2)), low, high)
+    np.testing.assert_allclose(policy.bijector.forward(mean), [low, (low + high) / 2, high])
+    wide = sac.squashed_gaussian(jnp.repeat(mean, 1000, 0), jnp.full((3000, 2), 2.0), low, high)
+    action = wide.sample(seed=jax.random.PRNGKey(0))
     assert bool(jnp.all((action >= low) & (action <= high)))
 
     # the training stores only in-bounds actions, random (before learning_starts) and policy
-    program = sac.build_sac(tiny_args(learning_starts=50, total_timesteps=150, num_envs=2), spec)
-    state, metrics = jax.jit(functools.partial(train, program))(jax.random.PRNGKey(3))
+    setup = sac.build_setup(tiny_args(learning_starts=50, total_timesteps=150, num_envs=2), spec)
+    state, metrics = jax.jit(functools.partial(train, setup))(jax.random.PRNGKey(3))
     stored = state.buffer.data.action[: int(state.buffer.filled)]  # [rows, N, A]
     assert bool(jnp.all((stored >= low) & (stored <= high)))
     assert np.isfinite(metrics.qf_loss).sum() > 0  # the policy acted and learned
-    greedy = sac.greedy_action(program, state.learner.params, jnp.linspace(0, 1, 7)[:, None])  # [7, A]
+    greedy = sac.greedy_action(setup, state.learner.params, jnp.linspace(0, 1, 7)[:, None])  # [7, A]
     assert greedy.shape == (7, 2) and bool(jnp.all((greedy >= low) & (greedy <= high)))
 
 
@@ -187,25 +187,38 @@ def test_alpha_moves_toward_the_target_entropy(log_prob, direction):
 def test_no_autotune_uses_the_states_log_alpha_and_keeps_it():
     """alpha is exp(log_alpha) of the state, always; --no-autotune only stops its updates. It starts
     at --alpha; a state holding another log_alpha trains and logs with that one, unchanged."""
-    program = sac.build_sac(tiny_args(autotune=False, alpha=0.3))
-    state = sac.init_state(program, jax.random.PRNGKey(0))
+    setup = sac.build_setup(tiny_args(autotune=False, alpha=0.3))
+    state = sac.init_state(setup, jax.random.PRNGKey(0))
     np.testing.assert_allclose(jnp.exp(state.learner.params.log_alpha), 0.3, rtol=1e-6)
     params = state.learner.params._replace(log_alpha=jnp.log(jnp.float32(0.05)))
     state = state._replace(learner=state.learner._replace(params=params))
-    run = jax.jit(functools.partial(sac.block, program))
+    run = jax.jit(functools.partial(sac.iteration, setup))
     alphas = []
-    for index in range(program.sizes.num_blocks):
+    for index in range(setup.sizes.num_iterations):
         state, metrics = run(state, jnp.int32(index))
         alphas.append(float(metrics.alpha))
         assert np.isnan(metrics.alpha_loss)
-    assert np.isnan(alphas[:2]).all()  # blocks 0 and 1: no gradient step yet
+    assert np.isnan(alphas[:2]).all()  # iterations 0 and 1: no gradient step yet
     np.testing.assert_allclose(alphas[2:], 0.05, rtol=1e-6)
     assert float(state.learner.params.log_alpha) == float(jnp.log(jnp.float32(0.05)))
 
 
-def test_polyak_update():
-    target, online = {"w": jnp.array([0.0, 10.0])}, {"w": jnp.array([1.0, 0.0])}
-    np.testing.assert_allclose(sac.polyak_update(target, online, 0.1)["w"], [0.1, 9.0])
+@pytest.mark.parametrize(("index", "updated"), [(6, True), (7, False)])
+def test_polyak_update_of_the_target_critics(index, updated):
+    """[SAC-8] a gradient step moves the target critics to tau * critics + (1 - tau) * target, when
+    the step's number is a multiple of --target-network-frequency; else they stay."""
+    setup = sac.build_setup(tiny_args(tau=0.1, target_network_frequency=3, policy_frequency=2))
+    learner = sac.init_state(setup, jax.random.PRNGKey(0)).learner
+    targets = jax.tree.map(lambda x: x + 1.0, learner.params.critic)  # differ from the critics
+    learner = learner._replace(params=learner.params._replace(critic_target=targets))
+    buffer = sac.buffer_init(rows=4, num_envs=1, obs_dim=3, action_dim=1)
+    row = sac.Transition(jnp.ones((1, 3)), jnp.zeros((1, 1)), jnp.ones(1), jnp.ones((1, 3)), jnp.zeros(1))
+    buffer = sac.buffer_add(buffer, row)
+    after, _, _ = jax.jit(functools.partial(sac.learn, setup))(learner, buffer, jax.random.PRNGKey(1), index)
+    critics = after.params.critic  # after this step's critic update
+    expected = jax.tree.map(lambda c, t: 0.1 * c + 0.9 * t, critics, targets) if updated else targets
+    for a, b in zip(jax.tree.leaves(after.params.critic_target), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_replay_buffer_ring_and_sampling():
@@ -228,7 +241,7 @@ def test_pendulum_truncation_stores_the_real_final_observation():
     """Pendulum's episodes end only by the 200-step time limit. The buffer row of the last
     step must hold the observation reached (not the reset one) and terminated = 0, so the
     TD target bootstraps through the truncation."""
-    args = tiny_args(total_timesteps=900, learning_starts=800, num_envs=2, log_frequency=2)  # 1 per block
+    args = tiny_args(total_timesteps=900, learning_starts=800, num_envs=2, log_frequency=2)  # 1 step each
     state, metrics = jax.jit(sac.make_train(args))(jax.random.PRNGKey(0))
     data = state.buffer.data
     np.testing.assert_array_equal(np.asarray(metrics.episodic_length)[[199, 399]], [200, 200])
@@ -257,51 +270,54 @@ def test_q_bootstraps_through_time_limit_on_a_probe():
         tau=0.1,
         autotune=False,
     )
-    program = sac.build_sac(
+    setup = sac.build_setup(
         dataclasses.replace(args, alpha=0.0), probe_spec(ConstantRewardProbe(continuous=True))
     )
-    state, _ = jax.jit(functools.partial(train, program))(jax.random.PRNGKey(0))
+    state, _ = jax.jit(functools.partial(train, setup))(jax.random.PRNGKey(0))
     # Q of both critics at the stored (obs, action) pairs: the actions the policy takes
     data = state.buffer.data
-    q = sac.twin_q(program, state.learner.params.critic, data.obs.reshape(-1, 1), data.action.reshape(-1, 1))
+    q = sac.twin_q(setup, state.learner.params.critic, data.obs.reshape(-1, 1), data.action.reshape(-1, 1))
     np.testing.assert_allclose(q.mean(axis=1), [2.0, 2.0], atol=0.1)
 
 
-# --- the logged blocks ------------------------------------------------------------------
+# --- the logged iterations ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("total_timesteps", "num_envs", "log_frequency", "sizes"),
     [
         (50_000, 1, 100, (50_000, 100, 500)),
-        (1009, 1, 100, (1000, 100, 10)),  # a prime budget: whole blocks of 100, not 1009 blocks of 1
+        (1009, 1, 100, (1000, 100, 10)),  # a prime budget: whole iterations of 100, not 1009 of 1
         (50_021, 1, 100, (50_000, 100, 500)),  # prime too
-        (50_000, 3, 100, (16_665, 33, 505)),  # 16,666 iterations: 505 blocks of 33
-        (40, 4, 1, (10, 1, 10)),  # a block is at least one iteration
-        (50, 1, 100, (50, 50, 1)),  # a budget below one block: one block
+        (50_000, 3, 100, (16_665, 33, 505)),  # 16,666 steps: 505 iterations of 33
+        (40, 4, 1, (10, 1, 10)),  # an iteration is at least one step
+        (50, 1, 100, (50, 50, 1)),  # a budget below one iteration: one iteration
     ],
 )
-def test_blocks_keep_their_size_and_the_run_is_rounded_to_whole_blocks(
+def test_iterations_keep_their_size_and_the_run_is_rounded_to_whole_iterations(
     total_timesteps, num_envs, log_frequency, sizes
 ):
     args = sac.Args(
         total_timesteps=total_timesteps, num_envs=num_envs, log_frequency=log_frequency, learning_starts=0
     )
     algo = sac.make_algorithm(args)
-    assert algo.sizes[:3] == sizes
-    assert algo.num_units == sizes[2] and algo.steps_per_unit == sizes[1] * num_envs
+    assert algo.sizes[:3] == sizes  # total_steps, steps_per_iteration, num_iterations
+    assert algo.num_iterations == sizes[2] and algo.env_steps_per_iteration == sizes[1] * num_envs
 
 
-def test_a_block_logs_the_means_of_its_iterations():
-    """Blocks of 5 iterations train as blocks of 1 (to float rounding: two programs), and log the
+def test_an_iteration_logs_the_means_of_its_steps():
+    """Iterations of 5 steps train as iterations of 1 (to float rounding: two programs), and log the
     means of their numbers: over the gradient steps taken (NaN when none) and over the episodes
-    that ended in them."""
-    one, five = (tiny_args(total_timesteps=600, num_envs=2, log_frequency=f) for f in (2, 10))
+    that ended in them. (Under the suite's compile flags the two programs round differently, and
+    Pendulum's swings and the gradient steps amplify it: 100 gradient steps, from step 200 on.)"""
+    sizes = dict(total_timesteps=600, num_envs=2, learning_starts=400)
+    one, five = (tiny_args(**sizes, log_frequency=f) for f in (2, 10))
     key = jax.random.PRNGKey(4)
     state_1, metrics_1 = jax.jit(sac.make_train(one))(key)  # [300] points
     state_5, metrics_5 = jax.jit(sac.make_train(five))(key)  # [60]
+    assert np.isfinite(metrics_5.qf_loss).sum() == 20  # iterations 40-59 took gradient steps
     for a, b in zip(jax.tree.leaves(state_1), jax.tree.leaves(state_5), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)  # 300 gradient steps amplify rounding
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)  # to float rounding
     with warnings.catch_warnings():  # "mean of empty slice": an all-NaN group's mean is NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         grouped = jax.tree.map(lambda x: np.nanmean(np.asarray(x).reshape(60, 5), axis=1), metrics_1)
@@ -314,17 +330,17 @@ def test_a_block_logs_the_means_of_its_iterations():
 
 
 def test_train_shapes_under_jit_and_vmap():
-    args = tiny_args(num_envs=2)  # 150 iterations in 6 blocks of 25; learning from iteration 50 on
+    args = tiny_args(num_envs=2)  # 150 steps in 6 iterations of 25; learning from step 50 on
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     state, metrics = jax.jit(jax.vmap(sac.make_train(args)))(keys)
-    program = sac.build_sac(args)
-    assert program.sizes == sac.Sizes(150, 25, 6, 500)
+    setup = sac.build_setup(args)
+    assert setup.sizes == sac.Sizes(150, 25, 6, 500)
     assert state.obs.shape == (3, 2, 3)
     assert state.buffer.data.obs.shape == (3, 500, 2, 3) and state.buffer.filled.tolist() == [150] * 3
     assert all(x.shape == (3, 6) for x in metrics)
     assert np.isnan(metrics.qf_loss[:, :2]).all() and np.isfinite(metrics.qf_loss[:, 2:]).all()
     assert np.isfinite(metrics.actor_loss[:, 2:]).all() and np.isfinite(metrics.alpha_loss[:, 2:]).all()
-    init = jax.vmap(functools.partial(sac.init_state, program))(keys)
+    init = jax.vmap(functools.partial(sac.init_state, setup))(keys)
     assert not tree_equal(init.learner.params.actor, state.learner.params.actor)  # gradient steps taken
     assert not tree_equal(init.learner.params.critic_target, state.learner.params.critic_target)
     assert bool(jnp.all(state.learner.params.log_alpha != 0.0))  # autotune moved alpha from exp(0)
@@ -333,14 +349,14 @@ def test_train_shapes_under_jit_and_vmap():
 
 def test_chunked_run_equals_single_program():
     """The harness's chunks (the CLI's program) end where make_train's single scan ends."""
-    args = tiny_args(total_timesteps=350, num_chunks=3)  # 7 blocks: chunks of 3, the last masks 2
+    args = tiny_args(total_timesteps=350, num_chunks=3)  # 7 iterations: chunks of 3, the last masks 2
     algo = sac.make_algorithm(args)
-    assert (algo.num_units, *sac.plan_chunks(algo.num_units, args.num_chunks)) == (7, 3, 3)
+    assert (algo.num_iterations, *sac.plan_chunks(algo.num_iterations, args.num_chunks)) == (7, 3, 3)
     key = jax.random.PRNGKey(7)
     final, metrics = jax.jit(sac.make_train(args))(key)
     state, chunk_metrics = run_in_chunks(sac, algo, key, args.num_chunks)
     chunked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunk_metrics)  # [9]
-    assert np.isnan(chunked.qf_loss[7:]).all()  # the masked units
+    assert np.isnan(chunked.qf_loss[7:]).all()  # the masked iterations
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(chunked.qf_loss[:7], metrics.qf_loss, rtol=1e-4)

@@ -13,19 +13,19 @@ checkpoints/, eval.json, episodic_return.png; {exp_name}.flax with --save-model,
 videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
 
 How to read this file:
-    1-4  Args, the networks, the state (NamedTuples, a shape on every field).
-    5    the math as small pure functions, each tested against hand-computed values:
+    1-3  Args, the networks, the state (NamedTuples, a shape on every field).
+    4    the math as small pure functions, each tested against hand-computed values:
          compute_gae, policy_loss_fn, value_loss_fn.
-    6    training. `iteration` is one PPO iteration: `rollout` (num_steps steps of num_envs
+    5    training. `iteration` is one PPO iteration: `rollout` (num_steps steps of num_envs
          envs), GAE, then update_epochs of `sgd_epoch` over shuffled minibatches.
          `make_train(args)` returns the whole training as one pure function train(key).
-    7    the evaluation policy, and `make_algorithm`: PPO as the run harness sees it.
+    6    the evaluation policy, and `make_algorithm`: PPO as the run harness sees it.
     The algorithm calls a few helpers of the run harness (below the banner): make_env (an
-    EnvSpec: gymnax's env and its spaces), reset_envs, draw_episode_starts and step_envs
-    (gymnax's env.step for N envs, with the episode starts of a rollout drawn at once),
-    Conv3x3 (nn.Conv, computed as im2col), one_seed_at_a_time (the init under vmap) and
-    require (a flag's check). The rest of the harness is the machinery every vibe_rl script
-    shares, word for word: run directories, logging, checkpoints, resume. Stop reading there.
+    EnvSpec: a gymnax or Brax env and its spaces), reset_envs and step_envs (gymnax's reset and
+    step for N envs), Conv3x3 (nn.Conv, computed as im2col), one_seed_at_a_time (the init under
+    vmap), require and require_positive (a flag's check). The rest of the harness is the
+    machinery every vibe_rl script shares, word for word: run directories, logging, checkpoints,
+    resume. Stop reading there.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ class RolloutRandomness(NamedTuple):
     """The rollout's random numbers, drawn before it; the scan slices one step [N, ...] at a time."""
 
     action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
-    episode_starts: EpisodeStarts  # [T, N, ...] the env steps' keys and fresh episode starts
+    env_keys: jax.Array  # [T, N, 2] a key for each env's step
 
 
 # ===== 4. The algorithm's math: small pure functions =================================
@@ -377,7 +377,7 @@ def rollout_step(
         action = policy.loc + policy.scale_diag * randomness.action_noise  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
-    step = step_envs(spec, state.env_state, env_action, randomness.episode_starts)  # [PPO-1] N envs
+    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)  # [PPO-1] N envs
     done = jnp.logical_or(step.terminated, step.truncated)  # [N]
     episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
@@ -408,9 +408,7 @@ def rollout(setup: Setup, state: RunnerState) -> tuple[RunnerState, Transition]:
     key, action_key, env_key = jax.random.split(state.key, 3)
     shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, K or A]
     draw = jax.random.gumbel if setup.spec.discrete else jax.random.normal
-    randomness = RolloutRandomness(
-        draw(action_key, shape), draw_episode_starts(setup.spec, env_key, shape[:2])
-    )
+    randomness = RolloutRandomness(draw(action_key, shape), jax.random.split(env_key, shape[:2]))
     return jax.lax.scan(functools.partial(rollout_step, setup), state._replace(key=key), randomness)
 
 
@@ -658,12 +656,14 @@ import atexit
 import contextlib
 import gc
 import importlib
+import io
 import json
 import os
 import signal
 import sys
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
@@ -675,7 +675,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tensorboardX import SummaryWriter
 
-# --- Environments: gymnax's API, and its step with the episode starts drawn ahead ----------
+# --- Environments: gymnax's API for every env, Brax's included -------------------------
 
 
 class EnvSpec(NamedTuple):
@@ -691,6 +691,9 @@ class EnvSpec(NamedTuple):
 
 
 def make_env(env_id: str) -> EnvSpec:
+    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
+    if env_id.startswith("brax/"):
+        return env_spec(*brax_env(env_id.removeprefix("brax/")))
     import gymnax  # imported here: it starts JAX, which start_jax configures first
 
     known = gymnax.registered_envs
@@ -710,13 +713,48 @@ def env_spec(env: Any, params: Any) -> EnvSpec:
     return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
 
 
-class EpisodeStarts(NamedTuple):
-    """What gymnax's env.step(key, ...) draws, drawn ahead: it splits its key, steps with one half
-    and draws a fresh episode start with the other, used where the episode ends."""
+def brax_env(name: str) -> tuple[Any, Any]:
+    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
+    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    into done and reset to a cached start, overwriting the final observation."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
+            from brax import envs
+    except ImportError:
+        raise ArgsError(
+            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
+        ) from None
+    from flax import struct
+    from gymnax.environments import environment, spaces
 
-    key: jax.Array  # [..., 2] the key env.step would get
-    obs: jax.Array  # [..., *obs_shape] the start's observation
-    state: Any  # gymnax EnvState [...]
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        sys = raw.sys  # the physical system, for Brax's viewer
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+        def action_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-1.0, 1.0, (raw.action_size,))
+
+        def observation_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
 
 
 class EnvStep(NamedTuple):
@@ -735,31 +773,11 @@ def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array,
     return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
 
 
-def draw_episode_starts(spec: EnvSpec, key: jax.Array, shape: tuple[int, ...]) -> EpisodeStarts:
-    """EpisodeStarts [*shape] for the env steps of the keys jax.random.split(key, shape). A rollout
-    draws all of its [T, N] at once: XLA CPU runs T small random draws as slow loops."""
-    draw = lambda key: EpisodeStarts(key, *spec.env.reset(jax.random.split(key)[1], spec.params))
-    for _ in shape:
-        draw = jax.vmap(draw)
-    return draw(jax.random.split(key, shape))
-
-
-def step_envs(spec: EnvSpec, state: Any, action: jax.Array, starts: EpisodeStarts) -> EnvStep:
-    """gymnax's env.step of N envs (state, action, starts: [N, ...]) from starts drawn ahead, with
-    the same numbers (a step's key is starts.key): step, then reset to the start where it ended."""
-    from gymnax.environments.environment import Environment
-
-    if type(spec.env).step is not Environment.step:  # an env with a step of its own (DeepSea)
-        out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(starts.key, state, action, spec.params)
-        return EnvStep(*out[:5], out[5]["final_observation"])
-    step_keys = jax.vmap(lambda key: jax.random.split(key)[0])(starts.key)  # compiled away if unused
-    step = jax.vmap(spec.env.step_env, in_axes=(0, 0, 0, None))
-    final_obs, stepped, reward, terminated, _ = step(step_keys, state, action, spec.params)
-    truncated = jax.vmap(spec.env.is_truncated, in_axes=(0, None))(stepped, spec.params)
-    done = jnp.logical_or(terminated, truncated)  # [N]
-    where_done = lambda start, x: jnp.where(done.reshape(-1, *[1] * (x.ndim - 1)), start, x)
-    obs, state = jax.tree.map(where_done, (starts.obs, starts.state), (final_obs, stepped))
-    return EnvStep(obs, state, reward, terminated, truncated, final_obs)
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
+    fresh episode where its episode ended."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
 
 
 class Conv3x3(nn.Module):
@@ -931,8 +949,12 @@ def open_run(args: Args) -> Run:
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
     if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar is drawn here
-        renderable = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar")
-        require(renderable, f"--capture-video renders classic-control and MinAtar envs, not {args.env_id}")
+        renderable = (
+            args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        )
+        require(
+            renderable, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}"
+        )
         needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
         require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
@@ -958,7 +980,7 @@ def open_run(args: Args) -> Run:
         require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
         return run._replace(dirs=dirs)
     stamp = agreed(int(time.time()))
-    names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     for seed, name in zip(seeds, names, strict=True):
         if is_main_process():
             (Path(args.output_dir) / name).mkdir(parents=True)
@@ -1226,9 +1248,7 @@ def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.A
 
     def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
         key, step_key = jax.random.split(c.key)
-        out = step_envs(
-            spec, c.env_state, algo.act(model, c.obs), draw_episode_starts(spec, step_key, (num_episodes,))
-        )
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs))
         running = c.running & ~(out.terminated | out.truncated)
         returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
         return EvalCarry(out.state, out.obs, returns, lengths, running, key), seed_slice(c.env_state, 0)
@@ -1262,10 +1282,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
                 flax.serialization.to_bytes(seed_slice(models, i))
             )
         if args.capture_video:
-            frames = render_frames(
-                algo, args.env_id, seed_slice(result.first_episode, i), summary["lengths"][0]
-            )
-            write_gif(run_dir / "videos" / "eval.gif", frames)
+            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
         mean, std = summary["mean"], summary["std"]
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
@@ -1337,6 +1354,19 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
     return frames
 
 
+def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
+    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    folder.mkdir(parents=True, exist_ok=True)
+    length = summary["lengths"][0]
+    if env_id.startswith("brax/"):
+        from brax.io import html
+
+        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    else:
+        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
+
+
 def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
     """One palette for the whole episode, from a sample of its frames (PIL's default searches one
     per frame: seconds per video)."""
@@ -1345,7 +1375,6 @@ def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
     sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
-    path.parent.mkdir(parents=True, exist_ok=True)
     images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
 
 

@@ -3,9 +3,11 @@ on one machine or several.
 
 Algorithm: Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv:1707.06347),
 with the 13 core implementation details of Huang et al. 2022, "The 37 Implementation Details
-of Proximal Policy Optimization" (ICLR blog track), tagged `# [PPO-k]` in the code and listed
-in docs/ppo_jax_scan.md; docs/ppo_multigpu.md explains the mesh. It is the PPO of
-ppo_jax_scan.py, written as single-device code over the global batch of N = num_envs envs.
+of Proximal Policy Optimization" (ICLR blog track), tagged `# [PPO-1]` to `# [PPO-13]`, and
+those of continuous actions and time limits, `[PPO-14]` to `[PPO-18]`, numbered as in
+docs/ppo_jax_scan.md. It is the PPO of ppo_jax_scan.py (its MLP: no --network cnn), written as
+single-device code over the global batch of N = num_envs envs; docs/ppo_multigpu.md explains
+the mesh.
 
 The devices form a 2-D mesh with the axes ("seeds", "data"). One seed's env batch (env
 states, observations, the rollout, advantages) is split along "data", L = N / D envs per
@@ -24,17 +26,22 @@ videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly. 
 writes the checkpoints and every process reads them: a filesystem all processes see.
 
 How to read this file:
-    1-4  Args (the mesh's flags last), the environment, the networks, the state.
-    5    the math as small pure functions: compute_gae, policy_loss_fn, value_loss_fn; and
+    1-3  Args (PPO's flags, then the mesh's), the networks, the state (a shape on every field).
+    4    the math as small pure functions: compute_gae, policy_loss_fn, value_loss_fn; then
          what the mesh needs: shuffle_into_minibatches (minibatches that stay on their
          device), normalize_advantages, fsdp_spec.
-    6    training. `iteration` is one PPO iteration: `rollout` (num_steps steps of num_envs
+    5    training. `iteration` is one PPO iteration: `rollout` (num_steps steps of num_envs
          envs), GAE, then update_epochs of `sgd_epoch` over device-local minibatches.
-         `build_ppo` checks the flags and builds the mesh; `state_specs` lays the state out
-         on it; `make_train(args)` returns the whole training as one pure function train(key).
-    7    the evaluation policy, and `make_algorithm`: PPO as the run harness sees it.
-    Below the "Run harness" banner is the machinery every vibe_rl script shares, word for
-    word: run directories, logging, checkpoints, resume, the command line. Stop reading there.
+         `build_setup` joins the processes (start_distributed), checks the flags and builds
+         the mesh; `state_specs` lays the state out on it; `make_train(args)` returns the
+         whole training as one pure function train(key).
+    6    the evaluation policy, and `make_algorithm`: PPO on the mesh as the run harness sees it.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env (an
+    EnvSpec: a gymnax or Brax env and its spaces), reset_envs and step_envs (gymnax's reset and
+    step for N envs), one_seed_at_a_time (the init under vmap), require and require_positive (a flag's check);
+    and jax.sharding's AxisType, Mesh, NamedSharding and P, which the harness imports. The
+    rest of the harness is the machinery every vibe_rl script shares, word for word: run
+    directories, logging, checkpoints, resume. Stop reading there.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -53,47 +61,14 @@ import numpy as np
 import optax
 from flax.linen.initializers import constant, orthogonal
 
-# The mesh's names (jax.sharding's AxisType, Mesh, NamedSharding, PartitionSpec as P) and os come
-# with the run harness's imports, below the banner: importing them twice is an error for ruff.
-
 # ===== 1. Arguments ==================================================================
 
 
 @dataclass
 class Args:
-    # The run: the same flags in every vibe_rl script
-    exp_name: str = Path(__file__).stem
-    """the name of this experiment (part of the run directory's name)"""
-    seed: int = 1
-    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
-    num_seeds: int = 1
-    """independent runs trained together in one program, sharded over the devices"""
-    track: bool = False
-    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
-    wandb_project_name: str = "vibe_rl"
-    """the wandb project name"""
-    wandb_entity: str | None = None
-    """the wandb entity (team)"""
-    capture_video: bool = False
-    """write videos/eval.gif: one deterministic evaluation episode"""
-    save_model: bool = False
-    """write the final parameters to {run_dir}/{exp_name}.flax"""
-    output_dir: str = "runs"
-    """parent directory of the run directories"""
-    resume: str | None = None
-    """continue the run stored in this run directory from its newest readable checkpoint"""
-    num_chunks: int = 10
-    """the training runs as this many compiled chunks; logs and checkpoints between them"""
-    eval_episodes: int = 32
-    """episodes of the final deterministic evaluation (run in parallel)"""
-    cpu_devices: int = 0
-    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
-    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
-    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
-
     # PPO (CleanRL ppo.py's defaults: they solve CartPole-v1)
     env_id: str = "CartPole-v1"
-    """the id of the gymnax environment"""
+    """the id of the environment (a gymnax id)"""
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4
@@ -150,103 +125,38 @@ class Args:
     process_id: int | None = None
     """with --distributed: the index of this process, 0 .. num_processes-1"""
 
-
-# ===== 2. Environment ================================================================
-
-
-class EnvSpec(NamedTuple):
-    """What the networks and the rollout need to know about the environment."""
-
-    env: Any  # a gymnax Environment
-    env_params: Any  # its EnvParams
-    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
-    obs_dim: int  # the rollout stores observations flattened: [obs_dim]
-    discrete: bool
-    action_dim: int  # number of discrete actions, or A for Box actions
-    action_low: np.ndarray  # [A] (empty for discrete actions)
-    action_high: np.ndarray  # [A]
-
-
-def make_env(env_id: str) -> EnvSpec:
-    # gymnax is imported here, not at the top: its import starts JAX, and the run harness
-    # first sets the number of CPU devices (and --distributed must join the processes first).
-    import gymnax
-    from gymnax.environments import spaces
-
-    known = gymnax.registered_envs
-    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
-    env, env_params = gymnax.make(env_id)
-    obs_shape = tuple(env.observation_space(env_params).shape)
-    space = env.action_space(env_params)
-    discrete = isinstance(space, spaces.Discrete)
-    action_dim = int(space.n) if discrete else math.prod(space.shape)
-    low = np.zeros(0) if discrete else np.broadcast_to(np.asarray(space.low, np.float32), (action_dim,))
-    high = np.zeros(0) if discrete else np.broadcast_to(np.asarray(space.high, np.float32), (action_dim,))
-    return EnvSpec(env, env_params, obs_shape, math.prod(obs_shape), discrete, action_dim, low, high)
+    # The run and the machine: the same flags in every vibe_rl script
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment (part of the run directory's name)"""
+    seed: int = 1
+    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
+    num_seeds: int = 1
+    """independent runs trained together in one program, sharded over the devices"""
+    track: bool = False
+    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "vibe_rl"
+    """the wandb project name"""
+    wandb_entity: str | None = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """write videos/eval.gif: one deterministic evaluation episode"""
+    save_model: bool = False
+    """write the final parameters to {run_dir}/{exp_name}.flax"""
+    output_dir: str = "runs"
+    """parent directory of the run directories"""
+    resume: str | None = None
+    """continue the run stored in this run directory from its newest readable checkpoint"""
+    num_chunks: int = 10
+    """the training runs as this many compiled chunks; logs and checkpoints between them"""
+    eval_episodes: int = 32
+    """episodes of the final deterministic evaluation (run in parallel)"""
+    cpu_devices: int = 0
+    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
+    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
+    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
 
 
-def flatten_obs(obs: jax.Array) -> jax.Array:
-    """[N, *obs_shape] -> [N, obs_dim] (MinAtar images become vectors)."""
-    return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
-
-
-# gymnax's `env.step(key, ...)` splits its key in two: one half steps the env, the other
-# draws a fresh episode start, whether or not the episode ended. Inside a rollout scan that
-# is a few small random draws per step; one batched draw for the whole rollout is cheaper
-# (docs/ppo_jax_scan.md). So the rollout draws the starts ahead (draw_env_noise), and
-# env_step does the rest of what env.step does, from the same keys.
-class EnvNoise(NamedTuple):
-    """An env step's key, and the episode start that env.step would draw from it."""
-
-    key: jax.Array  # [..., 2] the key env.step would get
-    reset_obs: jax.Array  # [..., *obs_shape] the start to auto-reset to, if the episode ends
-    reset_state: Any  # gymnax EnvState [...]
-
-
-class EnvStep(NamedTuple):
-    """One env's step, as env.step returns it; final_obs stands for its info["final_observation"]."""
-
-    obs: jax.Array  # [*obs_shape] the next observation: the reset one where the episode ended
-    state: Any  # gymnax EnvState
-    reward: jax.Array  # []
-    terminated: jax.Array  # [] bool
-    truncated: jax.Array  # [] bool
-    final_obs: jax.Array  # [*obs_shape] the observation reached, before the reset
-
-
-def draw_env_noise(spec: EnvSpec, key: jax.Array, shape: tuple[int, ...]) -> EnvNoise:
-    """EnvNoise [*shape, ...] for the env steps of the keys jax.random.split(key, shape)."""
-
-    def draw(key: jax.Array) -> EnvNoise:
-        return EnvNoise(key, *spec.env.reset(jax.random.split(key)[1], spec.env_params))
-
-    for _ in shape:
-        draw = jax.vmap(draw)
-    return draw(jax.random.split(key, shape))
-
-
-def env_step(spec: EnvSpec, state: Any, action: jax.Array, noise: EnvNoise) -> EnvStep:
-    """One env's env.step, with its episode start drawn ahead: step, then auto-reset where it ended."""
-    from gymnax.environments.environment import Environment  # imported late, as in make_env
-
-    if type(spec.env).step is not Environment.step:  # an env with its own (bsuite's DeepSea)
-        obs, state, reward, terminated, truncated, info = spec.env.step(
-            noise.key, state, action, spec.env_params
-        )
-        return EnvStep(obs, state, reward, terminated, truncated, info["final_observation"])
-    step_key = jax.random.split(noise.key)[0]  # compiled away where step_env draws nothing
-    final_obs, state, reward, terminated, _ = spec.env.step_env(step_key, state, action, spec.env_params)
-    truncated = spec.env.is_truncated(state, spec.env_params)
-    done = jnp.logical_or(terminated, truncated)
-    obs, state = jax.tree.map(
-        lambda reset, stepped: jnp.where(done, reset, stepped),
-        (noise.reset_obs, noise.reset_state),
-        (final_obs, state),
-    )
-    return EnvStep(obs, state, reward, terminated, truncated, final_obs)
-
-
-# ===== 3. Networks ===================================================================
+# ===== 2. Networks ===================================================================
 
 
 def dense(width: int, gain: float) -> nn.Dense:
@@ -255,63 +165,25 @@ def dense(width: int, gain: float) -> nn.Dense:
 
 
 def torso(obs: jax.Array, width: int) -> jax.Array:
-    """[..., obs_dim] -> features [..., width]: two tanh layers with gain sqrt(2)."""
+    """[..., obs_dim] -> features [..., width]: two tanh layers, gains sqrt(2)."""
     return nn.tanh(dense(width, np.sqrt(2))(nn.tanh(dense(width, np.sqrt(2))(obs))))
 
 
-class Categorical(NamedTuple):
-    """pi(a|s) over K discrete actions, from unnormalised logits."""
-
-    logits: jax.Array  # [..., K]
-
-    def log_prob(self, action: jax.Array) -> jax.Array:
-        """action [...] (int) -> log pi(action) [...]; a one-hot sum, not a gather."""
-        one_hot = jax.nn.one_hot(action, self.logits.shape[-1])  # [..., K]
-        return jnp.sum(jax.nn.log_softmax(self.logits) * one_hot, axis=-1)
-
-    def entropy(self) -> jax.Array:
-        """-sum_a pi(a) log pi(a), [...]."""
-        log_p = jax.nn.log_softmax(self.logits)  # [..., K]
-        return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
-
-    def mode(self) -> jax.Array:
-        return jnp.argmax(self.logits, axis=-1)  # [...]
-
-
-class DiagGaussian(NamedTuple):
-    """pi(a|s) = N(mean, diag(std^2)) over A action dimensions."""
-
-    mean: jax.Array  # [..., A]
-    std: jax.Array  # [..., A]
-
-    def log_prob(self, action: jax.Array) -> jax.Array:
-        """action [..., A] -> log pi(action) [...]: the sum of A independent normal log-densities."""
-        z = (action - self.mean) / self.std
-        return jnp.sum(-0.5 * jnp.square(z) - jnp.log(self.std) - 0.5 * math.log(2 * math.pi), axis=-1)
-
-    def entropy(self) -> jax.Array:
-        """sum over A of log(std sqrt(2 pi e)), [...]."""
-        return jnp.sum(jnp.log(self.std) + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
-
-    def mode(self) -> jax.Array:
-        return self.mean  # [..., A]
-
-
 class Actor(nn.Module):
-    """obs [..., obs_dim] -> the policy: Categorical or DiagGaussian. [PPO-13] separate from the critic."""
+    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution. [PPO-13] its own network."""
 
     spec: EnvSpec
     hidden_size: int = 64
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
+    def __call__(self, obs: jax.Array) -> distrax.Distribution:
         x = torso(obs, self.hidden_size)
         out = dense(self.spec.action_dim, 0.01)(x)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
         if self.spec.discrete:
-            return Categorical(logits=out)  # out: [..., K] logits
+            return distrax.Categorical(logits=out)  # out: [..., K] logits
         # [PPO-14] state-independent log-std, a free parameter initialised to 0 (std 1)
         log_std = self.param("log_std", constant(0.0), (self.spec.action_dim,))
-        return DiagGaussian(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
+        return distrax.MultivariateNormalDiag(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
 
 
 class Critic(nn.Module):
@@ -325,7 +197,7 @@ class Critic(nn.Module):
         return dense(1, 1.0)(x)[..., 0]  # [PPO-2] value head gain 1.0
 
 
-# ===== 4. State ======================================================================
+# ===== 3. State ======================================================================
 
 Params = Any  # a flax parameter pytree
 
@@ -375,14 +247,26 @@ class Transition(NamedTuple):
     episode_length: jax.Array  # [N]
 
 
-class RolloutNoise(NamedTuple):
-    """The rollout's randomness, drawn before it; the scan slices one step [N, ...] at a time."""
+class RolloutRandomness(NamedTuple):
+    """The rollout's random numbers, drawn before it; the scan slices one step [N, ...] at a time."""
 
-    action: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
-    env: EnvNoise  # [T, N, ...] the env steps' keys and episode starts
+    action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
+    env_keys: jax.Array  # [T, N, 2] a key for each env's step
 
 
-# ===== 5. The algorithm's math: small pure functions =================================
+class Batch(NamedTuple):
+    """What the minibatch gradient steps read: leading axes [T, N] for the whole rollout, [N/G,
+    T*G/M] for one minibatch (N/G groups of G envs, the axis split over the devices)."""
+
+    obs: jax.Array  # [..., obs_dim] normalised
+    action: jax.Array  # [...] or [..., A]
+    log_prob: jax.Array  # [...] log pi_old(action | obs)
+    value: jax.Array  # [...] old value estimates
+    advantage: jax.Array  # [...]
+    target: jax.Array  # [...] returns = advantage + value
+
+
+# ===== 4. The algorithm's math: small pure functions =================================
 
 
 def rms_init(shape: tuple[int, ...]) -> RunningMeanStd:
@@ -390,9 +274,8 @@ def rms_init(shape: tuple[int, ...]) -> RunningMeanStd:
 
 
 def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """Merge a batch x [*K, *shape] into the running statistics (Chan et al. parallel update).
-    Every leading axis K (e.g. [T, N]) is a batch axis: flattening them would move the env
-    axis, split over the devices, between devices."""
+    """Merge a batch x [*K, *shape] into the running statistics (Chan et al. parallel update); every
+    leading axis K (e.g. [T, N]) is a batch axis, as flattening them would move samples between devices."""
     axes = tuple(range(x.ndim - rms.mean.ndim))
     batch_mean, batch_var, batch_count = x.mean(axes), x.var(axes), math.prod(x.shape[: len(axes)])
     delta = batch_mean - rms.mean
@@ -438,13 +321,15 @@ def compute_gae(
     episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
     deltas = rewards + gamma * next_values - values  # [T, N]
 
-    def backward(advantage_after, step):  # [N], ([N], [N])
-        delta, continues = step
+    def gae_step(
+        advantage_after: jax.Array, step: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
+        delta, continues = step  # [N], [N]
         advantage = delta + gamma * gae_lambda * continues * advantage_after
         return advantage, advantage
 
     inputs = (deltas, episode_continues)
-    _, advantages = jax.lax.scan(backward, jnp.zeros_like(last_value), inputs, reverse=True)
+    _, advantages = jax.lax.scan(gae_step, jnp.zeros_like(last_value), inputs, reverse=True)
     return advantages, advantages + values
 
 
@@ -452,7 +337,7 @@ def policy_loss_fn(
     new_log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array, clip_coef: float
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """[PPO-8] clipped surrogate objective, negated; all inputs of one shape [...]. The
-    advantages come normalised already (normalize_advantages).
+    advantages come normalised already (normalize_advantages, [PPO-7]).
 
     Returns (loss, old_approx_kl, approx_kl, clipfrac); the last three are diagnostics.
     """
@@ -492,16 +377,7 @@ def annealed_learning_rate(args: Args, iteration: jax.Array, num_iterations: int
     return args.learning_rate * (1.0 - iteration / num_iterations)
 
 
-class Batch(NamedTuple):
-    """What the minibatch gradient steps read: leading axes [T, N] for the whole rollout, [N/G,
-    T*G/M] for one minibatch (N/G groups of G envs, the axis split over the devices)."""
-
-    obs: jax.Array  # [..., obs_dim] normalised
-    action: jax.Array  # [...] or [..., A]
-    log_prob: jax.Array  # [...] log pi_old(action | obs)
-    value: jax.Array  # [...] old value estimates
-    advantage: jax.Array  # [...]
-    target: jax.Array  # [...] returns = advantage + value
+# --- What the mesh needs: minibatches that stay on their device, the --fsdp layout ---------
 
 
 def shuffle_into_minibatches(batch: Batch, key: jax.Array, num_minibatches: int, group_envs: int) -> Batch:
@@ -544,11 +420,23 @@ def fsdp_spec(shape: tuple[int, ...], num_devices: int) -> P:
     return P(*([None] * max(axes, key=lambda a: shape[a])), "data")
 
 
-# ===== 6. Training: rollout, update, make_train ======================================
+# ===== 5. Training: rollout, update, make_train ======================================
 
 
-class PPO(NamedTuple):
-    """One configuration (built by build_ppo below). Every function of this section takes it."""
+class Sizes(NamedTuple):
+    """The sizes derived from Args, in this one place (never command-line flags)."""
+
+    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
+    minibatch_size: int  # B / num_minibatches
+    num_iterations: int  # total_timesteps // B
+    group_envs: int  # G: envs whose samples are shuffled together (--shuffle-group-envs, or derived)
+    data_axis: int  # D: devices that share one seed's envs, the mesh's "data" axis (--data-devices)
+    seeds_axis: int  # the mesh's "seeds" axis: device count / D
+    envs_per_device: int  # L = N / D
+
+
+class Setup(NamedTuple):
+    """Everything built once from Args (by build_setup, below); every function of this section takes it."""
 
     args: Args
     sizes: Sizes
@@ -559,42 +447,46 @@ class PPO(NamedTuple):
     mesh: Mesh  # axes ("seeds", "data")
 
 
-def shard_envs(ppo: PPO, x: jax.Array, axis: int = 0) -> jax.Array:
-    """Split axis `axis` of x (envs, or groups of envs) along the mesh's "data" axis. The rest of
-    the layout follows from this and from the state's (state_specs); under the harness's vmap
-    over seeds (spmd_axis_name="seeds") the seed axis is added in front, along "seeds"."""
-    return jax.lax.with_sharding_constraint(x, NamedSharding(ppo.mesh, P(*([None] * axis), "data")))
+def flatten_obs(obs: jax.Array) -> jax.Array:
+    """[N, *obs_shape] -> [N, obs_dim]: the rollout stores observations flat (MinAtar images too)."""
+    return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
 
 
-def rollout_step(ppo: PPO, state: RunnerState, noise: RolloutNoise) -> tuple[RunnerState, Transition]:
+def shard_envs(setup: Setup, x: jax.Array, axis: int = 0) -> jax.Array:
+    """Split axis `axis` of x (envs, or groups of envs) along the mesh's "data" axis; the partitioner
+    propagates the rest. Under the harness's vmap over seeds the seed axis goes in front, on "seeds"."""
+    return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, P(*([None] * axis), "data")))
+
+
+def rollout_step(
+    setup: Setup, state: RunnerState, randomness: RolloutRandomness
+) -> tuple[RunnerState, Transition]:
     """Act once in the N environments. Parameters and observation statistics stay fixed."""
-    args, spec = ppo.args, ppo.spec
-    policy = ppo.actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
-    if spec.discrete:  # sampled with the noise drawn ahead: the Gumbel-max trick ...
-        action = jnp.argmax(policy.logits + noise.action, axis=-1)  # [N]
-    else:  # ... or mean + std * standard normal noise
-        action = policy.mean + policy.std * noise.action  # [N, A]
+    args, spec = setup.args, setup.spec
+    policy = setup.actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
+    if spec.discrete:  # a sample of pi: argmax(logits + Gumbel noise), the Gumbel-max trick
+        action = jnp.argmax(policy.logits + randomness.action_noise, axis=-1)  # [N]
+    else:  # a sample of N(mean, std^2): mean + std * standard normal noise
+        action = policy.loc + policy.scale_diag * randomness.action_noise  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
-    next_obs, env_state, reward, terminated, truncated, final_obs = jax.vmap(  # [PPO-1] vectorised envs
-        functools.partial(env_step, spec)
-    )(state.env_state, env_action, noise.env)
-    done = jnp.logical_or(terminated, truncated)  # [N]
-    episode_return = state.episode_return + reward
+    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)  # [PPO-1] N envs
+    done = jnp.logical_or(step.terminated, step.truncated)  # [N]
+    episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
     # [PPO-17] reward scaling: divide by the std of the discounted return (NormalizeReward)
-    discounted_return = state.discounted_return * args.gamma + reward
-    return_rms = state.return_rms
+    discounted_return = state.discounted_return * args.gamma + step.reward
+    return_rms, reward = state.return_rms, step.reward
     if args.normalize_reward:
         return_rms = rms_update(return_rms, discounted_return)
         reward = jnp.clip(reward / jnp.sqrt(return_rms.var + 1e-8), -10.0, 10.0)
-    final_obs = flatten_obs(final_obs)
+    final_obs = flatten_obs(step.final_obs)
     transition = Transition(
-        state.obs, action, reward, terminated, truncated, final_obs, episode_return, episode_length
+        state.obs, action, reward, step.terminated, step.truncated, final_obs, episode_return, episode_length
     )
     state = state._replace(
-        env_state=env_state,
-        obs=flatten_obs(next_obs),
+        env_state=step.state,
+        obs=flatten_obs(step.obs),
         episode_return=jnp.where(done, 0.0, episode_return),
         episode_length=jnp.where(done, 0, episode_length),
         return_rms=return_rms,
@@ -603,17 +495,16 @@ def rollout_step(ppo: PPO, state: RunnerState, noise: RolloutNoise) -> tuple[Run
     return state, transition
 
 
-def rollout(ppo: PPO, state: RunnerState) -> tuple[RunnerState, Transition]:
+def rollout(setup: Setup, state: RunnerState) -> tuple[RunnerState, Transition]:
     """num_steps steps of the N envs: the trajectory [T, N, ...]."""
-    # All the rollout's randomness drawn up front, batched: cheaper than small draws every
-    # step. Each device draws its own envs' part; the numbers are those of one device (JAX's
-    # random numbers do not depend on how an array is split), so D does not change the training.
+    # The rollout's random numbers in one batched draw each: cheaper than T small draws.
     key, action_key, env_key = jax.random.split(state.key, 3)
-    shape = (ppo.args.num_steps, ppo.args.num_envs, ppo.spec.action_dim)  # [T, N, K or A]
-    draw = jax.random.gumbel if ppo.spec.discrete else jax.random.normal  # see rollout_step
-    noise = RolloutNoise(action=draw(action_key, shape), env=draw_env_noise(ppo.spec, env_key, shape[:2]))
-    noise = jax.tree.map(lambda x: shard_envs(ppo, x, axis=1), noise)
-    return jax.lax.scan(functools.partial(rollout_step, ppo), state._replace(key=key), noise)
+    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, K or A]
+    draw = jax.random.gumbel if setup.spec.discrete else jax.random.normal
+    randomness = RolloutRandomness(draw(action_key, shape), jax.random.split(env_key, shape[:2]))
+    # Each device draws its envs' part, the numbers one device would draw: D does not change the training.
+    randomness = jax.tree.map(lambda x: shard_envs(setup, x, axis=1), randomness)  # [T, N, ...]
+    return jax.lax.scan(functools.partial(rollout_step, setup), state._replace(key=key), randomness)
 
 
 class LossInfo(NamedTuple):
@@ -625,14 +516,14 @@ class LossInfo(NamedTuple):
     clipfrac: jax.Array
 
 
-def loss_fn(ppo: PPO, params: AgentParams, batch: Batch) -> tuple[jax.Array, LossInfo]:
-    args = ppo.args
-    policy = ppo.actor.apply(params.actor, batch.obs)
+def loss_fn(setup: Setup, params: AgentParams, batch: Batch) -> tuple[jax.Array, LossInfo]:
+    args = setup.args
+    policy = setup.actor.apply(params.actor, batch.obs)
     new_log_prob = policy.log_prob(batch.action)  # [N/G, T*G/M]
     policy_loss, old_approx_kl, approx_kl, clipfrac = policy_loss_fn(
         new_log_prob, batch.log_prob, batch.advantage, args.clip_coef
     )
-    new_values = ppo.critic.apply(params.critic, batch.obs)  # [N/G, T*G/M]
+    new_values = setup.critic.apply(params.critic, batch.obs)  # [N/G, T*G/M]
     value_loss = value_loss_fn(new_values, batch.value, batch.target, args.clip_coef, args.clip_vloss)
     entropy = policy.entropy().mean()  # [PPO-10] entropy bonus
     loss = policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss
@@ -647,30 +538,31 @@ class EpochCarry(NamedTuple):
     kl_exceeded: jax.Array  # [] bool, set once an epoch ends with approx_kl > target_kl
 
 
-def minibatch_step(ppo: PPO, carry: EpochCarry, minibatch: Batch) -> tuple[EpochCarry, LossInfo]:
-    # The loss is a mean over the whole minibatch, whose rows lie on D devices: the gradient
-    # is where the partitioner inserts the all-reduce (one, all leaves combined).
-    grads, info = jax.grad(functools.partial(loss_fn, ppo), has_aux=True)(carry.params, minibatch)
-    updates, opt_state = ppo.optimizer.update(grads, carry.opt_state, carry.params)
+def minibatch_step(setup: Setup, carry: EpochCarry, minibatch: Batch) -> tuple[EpochCarry, LossInfo]:
+    # The loss is a mean over the whole minibatch, whose rows lie on D devices: the gradient is
+    # where the partitioner inserts the all-reduce (one, all leaves combined).
+    grads, info = jax.grad(functools.partial(loss_fn, setup), has_aux=True)(carry.params, minibatch)
+    updates, opt_state = setup.optimizer.update(grads, carry.opt_state, carry.params)
+    # [PPO-4] Adam's step times the annealed rate, applied here so the logged rate is the one used
     updates = jax.tree.map(lambda u: -carry.learning_rate * u, updates)
     return carry._replace(params=optax.apply_updates(carry.params, updates), opt_state=opt_state), info
 
 
-def sgd_epoch(ppo: PPO, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry, LossInfo]:
+def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry, LossInfo]:
     """[PPO-6] one pass over the rollout [T, N] in shuffled minibatches that stay on their
     device. LossInfo: [M] per minibatch."""
-    args = ppo.args
+    args = setup.args
     key, permutation_key = jax.random.split(carry.key)
     carry = carry._replace(key=key)
     minibatches = shuffle_into_minibatches(  # [M, N/G, T*G/M, ...]
-        batch, permutation_key, args.num_minibatches, ppo.sizes.group_envs
+        batch, permutation_key, args.num_minibatches, setup.sizes.group_envs
     )
-    minibatches = jax.tree.map(lambda x: shard_envs(ppo, x, axis=1), minibatches)
-    if args.norm_adv:
+    minibatches = jax.tree.map(lambda x: shard_envs(setup, x, axis=1), minibatches)  # N/G split
+    if args.norm_adv:  # [PPO-7] normalise advantages per minibatch
         minibatches = minibatches._replace(advantage=normalize_advantages(minibatches.advantage))
 
     def run(c: EpochCarry) -> tuple[EpochCarry, LossInfo]:
-        return jax.lax.scan(functools.partial(minibatch_step, ppo), c, minibatches)
+        return jax.lax.scan(functools.partial(minibatch_step, setup), c, minibatches)
 
     def skip(c: EpochCarry) -> tuple[EpochCarry, LossInfo]:
         return c, LossInfo(*(jnp.full(args.num_minibatches, jnp.nan) for _ in LossInfo._fields))
@@ -701,31 +593,34 @@ CHARTS = ("episodic_return", "episodic_length", "learning_rate")  # CleanRL's Te
 METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for name in Metrics._fields}
 
 
-def iteration(ppo: PPO, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
+def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index: [] int32,
     the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
-    args, sizes, obs_rms = ppo.args, ppo.sizes, state.obs_rms  # the statistics the rollout used
-    state, traj = rollout(ppo, state)  # traj: [T, N, ...]
+    args, sizes, obs_rms = setup.args, setup.sizes, state.obs_rms  # the statistics the rollout used
 
-    # Log-probabilities and values of the whole rollout in one batched pass each: the
+    # COLLECT TRAJECTORIES
+    state, traj = rollout(setup, state)  # traj: [T, N, ...]
+
+    # CALCULATE ADVANTAGE. log pi_old and V of the whole rollout in one batched pass each: the
     # parameters did not change while acting, and one big matmul beats T small ones.
     def value(raw_obs: jax.Array) -> jax.Array:  # [..., obs_dim] -> [...]
-        return ppo.critic.apply(state.params.critic, normalize(raw_obs, obs_rms, args.normalize_obs))
+        return setup.critic.apply(state.params.critic, normalize(raw_obs, obs_rms, args.normalize_obs))
 
     obs = normalize(traj.obs, obs_rms, args.normalize_obs)  # [T, N, obs_dim]
-    log_probs = ppo.actor.apply(state.params.actor, obs).log_prob(traj.action)  # [T, N] log pi_old
+    log_probs = setup.actor.apply(state.params.actor, obs).log_prob(traj.action)  # [T, N] log pi_old
     values, final_values, last_value = value(traj.obs), value(traj.final_obs), value(state.obs)
     gamma, lam = args.gamma, args.gae_lambda
     advantages, targets = compute_gae(  # [T, N]
         traj.reward, values, traj.terminated, traj.truncated, final_values, last_value, gamma, lam
     )
-    # Kept [T, N, ...], not flattened to [B]: N is the axis split over the devices.
+    # kept [T, N, ...], not flattened to [B]: that would move samples between devices
     batch = Batch(obs, traj.action, log_probs, values, advantages, targets)
 
+    # UPDATE NETWORK
     learning_rate = annealed_learning_rate(args, index, sizes.num_iterations)
     key, epoch_key = jax.random.split(state.key)
     carry = EpochCarry(state.params, state.opt_state, learning_rate, epoch_key, jnp.asarray(False))
-    carry, info = jax.lax.scan(lambda c, _: sgd_epoch(ppo, c, batch), carry, length=args.update_epochs)
+    carry, info = jax.lax.scan(lambda c, _: sgd_epoch(setup, c, batch), carry, length=args.update_epochs)
     if args.normalize_obs:  # [PPO-16] statistics for the next rollout, from this one's obs
         state = state._replace(obs_rms=rms_update(obs_rms, traj.obs))
     state = state._replace(params=carry.params, opt_state=carry.opt_state, key=key)
@@ -743,12 +638,12 @@ def iteration(ppo: PPO, state: RunnerState, index: jax.Array) -> tuple[RunnerSta
     )
 
 
-# --- Setting up: the processes, the sizes, the mesh, the initial state ---------------
+# --- Setting up: the processes, the sizes, the mesh, the initial state ---------------------
 
 
 def start_distributed(args: Args) -> None:
     """--distributed: check its flags, then join the other processes. jax.distributed.initialize
-    must come before JAX's backend starts (importing gymnax starts it), so build_ppo calls this
+    must come before JAX's backend starts (importing gymnax starts it), so build_setup calls this
     first; a second build in the same process (make_train, evaluate_saved_model) finds it done."""
     flags = ("--coordinator-address", "--num-processes", "--process-id")
     given = dict(zip(flags, (args.coordinator_address, args.num_processes, args.process_id), strict=True))
@@ -759,14 +654,9 @@ def start_distributed(args: Args) -> None:
     if named:
         missing = [flag for flag, value in given.items() if value is None]
         require(not missing, f"--distributed with {', '.join(named)} also needs {', '.join(missing)}")
-        require(
-            args.num_processes > 0 and 0 <= args.process_id < args.num_processes,
-            f"--process-id {args.process_id} must lie in [0, --num-processes {args.num_processes})",
-        )
-        require(
-            ":" in args.coordinator_address,
-            f"--coordinator-address {args.coordinator_address!r} must be host:port",
-        )
+        n, i, address = args.num_processes, args.process_id, args.coordinator_address
+        require(n > 0 and 0 <= i < n, f"--process-id {i} must lie in [0, --num-processes {n})")
+        require(":" in address, f"--coordinator-address {address!r} must be host:port")
     else:  # JAX reads them from the job's environment
         require(
             any(v in os.environ for v in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "PMI_RANK")),
@@ -779,21 +669,9 @@ def start_distributed(args: Args) -> None:
         jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
 
 
-class Sizes(NamedTuple):
-    """The sizes derived from Args, in this one place (never command-line flags)."""
-
-    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
-    minibatch_size: int  # B / num_minibatches
-    num_iterations: int  # total_timesteps // B
-    group_envs: int  # G: envs whose samples are shuffled together (--shuffle-group-envs, or derived)
-    data_axis: int  # D: devices that share one seed's envs, the mesh's "data" axis (--data-devices)
-    seeds_axis: int  # the mesh's "seeds" axis: device count / D
-    envs_per_device: int  # L = N / D
-
-
-def build_ppo(args: Args) -> PPO:
-    """Check PPO's flags (ArgsError: one line naming the flag), derive the sizes, build the parts
-    and the mesh."""
+def build_setup(args: Args) -> Setup:
+    """Check PPO's flags and the mesh's (ArgsError: one line naming the flag), derive the sizes,
+    build the parts and the mesh."""
     start_distributed(args)
     spec = make_env(args.env_id)
     require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
@@ -824,56 +702,42 @@ def build_ppo(args: Args) -> PPO:
         f"= {L} envs in groups of --shuffle-group-envs G = {G}; G must divide L and --num-minibatches {M} "
         f"must divide num_steps * G = {T} * {G}",
     )
-    # Auto axes: the partitioner propagates the layout (Explicit, make_mesh's default, would
-    # make it part of every array's type).
+    # Auto axes: the partitioner propagates the layout (Explicit, make_mesh's default, types it)
     mesh = jax.make_mesh((count // D, D), ("seeds", "data"), axis_types=(AxisType.Auto, AxisType.Auto))
     sizes = Sizes(batch_size, batch_size // M, args.total_timesteps // batch_size, G, D, count // D, L)
-    # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5; the (annealed)
-    # learning rate is applied by hand each iteration, so the logged value is the one used.
+    # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5 (the learning rate: minibatch_step)
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
-    return PPO(args, sizes, spec, Actor(spec, args.hidden_size), Critic(args.hidden_size), optimizer, mesh)
+    return Setup(args, sizes, spec, Actor(spec, args.hidden_size), Critic(args.hidden_size), optimizer, mesh)
 
 
-def init_params(ppo: PPO, keys: jax.Array) -> AgentParams:
+def init_params(setup: Setup, keys: jax.Array) -> AgentParams:
     """[PPO-2] the initial actor and critic; keys [2, 2] (the actor's, the critic's)."""
-
-    @jax.custom_batching.custom_vmap
-    def init(keys: jax.Array) -> AgentParams:
-        dummy_obs = jnp.zeros((1, ppo.spec.obs_dim))
-        return AgentParams(ppo.actor.init(keys[0], dummy_obs), ppo.critic.init(keys[1], dummy_obs))
-
-    @init.def_vmap
-    def init_one_seed_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
-        # Vmapped over seeds, the orthogonal init is a batched QR, which can deadlock jaxlib
-        # 0.10's CPU thread pool (docs/ppo_jax_scan.md). One seed at a time: the same bits.
-        params = jax.lax.map(init, keys)  # keys [S, 2, 2]
-        return params, jax.tree.map(lambda _: True, params)
-
-    return init(keys)
+    dummy_obs = jnp.zeros((1, math.prod(setup.spec.obs_shape)))
+    return AgentParams(setup.actor.init(keys[0], dummy_obs), setup.critic.init(keys[1], dummy_obs))
 
 
-def init_state(ppo: PPO, key: jax.Array) -> RunnerState:
-    """The state of one seed before the first iteration."""
+def init_state(setup: Setup, key: jax.Array) -> RunnerState:
+    """The state of one seed before the first iteration, its envs split along "data"."""
     key, params_key, reset_key = jax.random.split(key, 3)
-    params, num_envs, spec = init_params(ppo, jax.random.split(params_key)), ppo.args.num_envs, ppo.spec
-    obs, env_state = jax.vmap(spec.env.reset, in_axes=(0, None))(
-        shard_envs(ppo, jax.random.split(reset_key, num_envs)), spec.env_params
-    )
+    params = one_seed_at_a_time(functools.partial(init_params, setup))(jax.random.split(params_key))
+    obs, env_state = reset_envs(setup.spec, reset_key, setup.args.num_envs)
+    obs, env_state = jax.tree.map(functools.partial(shard_envs, setup), (flatten_obs(obs), env_state))
+    num_envs, obs_dim = setup.args.num_envs, math.prod(setup.spec.obs_shape)
     return RunnerState(
         params=params,
-        opt_state=ppo.optimizer.init(params),
+        opt_state=setup.optimizer.init(params),
         env_state=env_state,
-        obs=flatten_obs(obs),  # [N, obs_dim]
+        obs=obs,  # [N, obs_dim]
         episode_return=jnp.zeros(num_envs),
         episode_length=jnp.zeros(num_envs, jnp.int32),
-        obs_rms=rms_init((spec.obs_dim,)),
+        obs_rms=rms_init((obs_dim,)),
         return_rms=rms_init(()),
         discounted_return=jnp.zeros(num_envs),
         key=key,
     )
 
 
-def state_specs(ppo: PPO, state: RunnerState) -> RunnerState:
+def state_specs(setup: Setup, state: RunnerState) -> RunnerState:
     """Where each leaf of one seed's state lies on the mesh, a PartitionSpec per leaf (the harness
     puts the seed axis in front, along "seeds"): the env axis [N] of ENV_FIELDS along "data";
     parameters and Adam moments replicated, or with --fsdp split along their largest axis that
@@ -882,8 +746,8 @@ def state_specs(ppo: PPO, state: RunnerState) -> RunnerState:
     def layout(name: str, leaf: Any) -> P:
         if name in ENV_FIELDS:
             return P("data")
-        if name in ("params", "opt_state") and ppo.args.fsdp:
-            return fsdp_spec(leaf.shape, ppo.sizes.data_axis)
+        if name in ("params", "opt_state") and setup.args.fsdp:
+            return fsdp_spec(leaf.shape, setup.sizes.data_axis)
         return P()
 
     return RunnerState(
@@ -892,19 +756,18 @@ def state_specs(ppo: PPO, state: RunnerState) -> RunnerState:
 
 
 def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
-    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds, each
-    seed's envs split along the "data" axis (a plain vmap does not split the seeds; the harness's
-    vmap with spmd_axis_name="seeds" does)."""
-    ppo = build_ppo(args)
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds, each one's
+    envs split along "data" (the seeds are not split: the harness's vmap over "seeds" does that)."""
+    setup = build_setup(args)
 
     def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
-        indices = jnp.arange(ppo.sizes.num_iterations)
-        return jax.lax.scan(functools.partial(iteration, ppo), init_state(ppo, key), indices)
+        indices = jnp.arange(setup.sizes.num_iterations)
+        return jax.lax.scan(functools.partial(iteration, setup), init_state(setup, key), indices)
 
     return train
 
 
-# ===== 7. The evaluation policy, and PPO as the run harness sees it ==================
+# ===== 6. The evaluation policy, and PPO as the run harness sees it ==================
 
 
 class SavedModel(NamedTuple):  # what --save-model writes: enough to act
@@ -912,49 +775,51 @@ class SavedModel(NamedTuple):  # what --save-model writes: enough to act
     obs_rms: RunningMeanStd  # the observation statistics (used when --normalize-obs)
 
 
-def greedy_action(ppo: PPO, model: SavedModel, obs: jax.Array) -> jax.Array:
+def greedy_action(setup: Setup, model: SavedModel, obs: jax.Array) -> jax.Array:
     """The evaluation policy: the likeliest action, or the mean clipped. [E, *obs_shape] -> [E(, A)]."""
-    obs = normalize(flatten_obs(obs), model.obs_rms, ppo.args.normalize_obs)
-    action = ppo.actor.apply(model.params.actor, obs).mode()
-    return action if ppo.spec.discrete else jnp.clip(action, ppo.spec.action_low, ppo.spec.action_high)
+    obs = normalize(flatten_obs(obs), model.obs_rms, setup.args.normalize_obs)
+    action = setup.actor.apply(model.params.actor, obs).mode()
+    return action if setup.spec.discrete else jnp.clip(action, setup.spec.action_low, setup.spec.action_high)
 
 
 def make_algorithm(args: Args) -> Algorithm:
     """PPO on the mesh for the run harness (its fields are explained there); ArgsError for a bad flag."""
-    ppo = build_ppo(args)
+    setup = build_setup(args)
     return Algorithm(
         name="PPO",
-        sizes=ppo.sizes,
-        env=ppo.spec.env,
-        env_params=ppo.spec.env_params,
-        num_units=ppo.sizes.num_iterations,  # one unit, one logged point: an iteration
-        steps_per_unit=ppo.sizes.batch_size,
-        init=functools.partial(init_state, ppo),
-        run_unit=functools.partial(iteration, ppo),
+        sizes=setup.sizes,
+        env=setup.spec,
+        num_iterations=setup.sizes.num_iterations,
+        env_steps_per_iteration=setup.sizes.batch_size,
+        init=functools.partial(init_state, setup),
+        iteration=functools.partial(iteration, setup),
         metric_tags=METRIC_TAGS,
         model=lambda state: SavedModel(state.params, state.obs_rms),
-        act=functools.partial(greedy_action, ppo),
-        mesh=ppo.mesh,
-        state_specs=functools.partial(state_specs, ppo),
-        chunk_cpu_opt_level=1,  # ~1 s less compile than XLA's default, runs as fast (docs/ppo_jax_scan.md)
+        act=functools.partial(greedy_action, setup),
+        mesh=setup.mesh,
+        state_specs=functools.partial(state_specs, setup),
+        chunk_cpu_opt_level=1,  # its compile is faster at level 1, its run as fast (docs/benchmarks.md)
     )
 
 
 # ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
-# It drives the Algorithm above through its fields alone. All seeds train in one program, their
-# axis sharded over the devices, in compiled chunks; between two chunks it logs and checkpoints.
+# The loop's words, the same in every script: a step is one env step of every env; an iteration
+# is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
+# steps with their gradient steps); a chunk is several iterations compiled as one program, after
+# which the driver logs and checkpoints. Its speed tricks are measured in docs/benchmarks.md.
 
 import atexit
 import contextlib
 import gc
 import importlib
-import importlib.util
+import io
 import json
 import os
 import signal
 import sys
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
@@ -965,22 +830,153 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tensorboardX import SummaryWriter
-from tensorboardX.proto.summary_pb2 import Summary
+
+# --- Environments: gymnax's API for every env, Brax's included -------------------------
+
+
+class EnvSpec(NamedTuple):
+    """An environment, and what the networks need to know of it."""
+
+    env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
+    params: Any  # its EnvParams (max_steps_in_episode: the time limit)
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    discrete: bool
+    action_dim: int  # K discrete actions, or A dimensions of a Box
+    action_low: np.ndarray  # [A] (empty for discrete actions)
+    action_high: np.ndarray  # [A]
+
+
+def make_env(env_id: str) -> EnvSpec:
+    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
+    if env_id.startswith("brax/"):
+        return env_spec(*brax_env(env_id.removeprefix("brax/")))
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known = gymnax.registered_envs
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
+    return env_spec(*gymnax.make(env_id))
+
+
+def env_spec(env: Any, params: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params."""
+    from gymnax.environments import spaces
+
+    space = env.action_space(params)
+    discrete = isinstance(space, spaces.Discrete)
+    action_dim = int(space.n) if discrete else math.prod(space.shape)
+    box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
+    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
+
+
+def brax_env(name: str) -> tuple[Any, Any]:
+    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
+    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    into done and reset to a cached start, overwriting the final observation."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
+            from brax import envs
+    except ImportError:
+        raise ArgsError(
+            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
+        ) from None
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        sys = raw.sys  # the physical system, for Brax's viewer
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+        def action_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-1.0, 1.0, (raw.action_size,))
+
+        def observation_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
+
+
+class EnvStep(NamedTuple):
+    """N envs' step, as gymnax's env.step returns it (final_obs: its info["final_observation"])."""
+
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # gymnax EnvState [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached, before the auto-reset
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], EnvState [N]."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
+    fresh episode where its episode ended."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class Conv3x3(nn.Module):
+    """nn.Conv(features, (3, 3), padding="VALID") computed as a dense layer over each pixel's 3x3
+    patch (im2col), its kernel [9C, features]: several times faster on XLA CPU."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
+
+
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
+
+
+# --- The Algorithm, the flags, JAX's start ------------------------------------------------
 
 
 class Algorithm(NamedTuple):
-    """What the harness needs from a script (its make_algorithm builds one). A unit is the
-    algorithm's step between two logged points (PPO: an iteration); a chunk runs several."""
+    """One script's algorithm, as its make_algorithm gives it to the harness."""
 
     name: str
     sizes: NamedTuple  # the derived sizes, written to args.json
-    env: Any  # the gymnax environment and its params: evaluation episodes, video
-    env_params: Any
-    num_units: int
-    steps_per_unit: int  # env steps of one unit, per seed
+    env: EnvSpec  # for the evaluation episodes and the video
+    num_iterations: int
+    env_steps_per_iteration: int  # env steps of one iteration, per seed
     init: Callable[[jax.Array], Any]  # key -> the state of one seed
-    run_unit: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, unit index []) -> (state, metrics)
-    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (float metrics; episodic_return too)
+    iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
     model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
     act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
@@ -1008,39 +1004,24 @@ def require(condition: bool, message: str) -> None:
 
 
 def require_positive(args: Args, *names: str) -> None:
-    for name in names:
-        value = getattr(args, name)
+    for name, value in ((name, getattr(args, name)) for name in names):
         require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
 class Deferred(types.ModuleType):
-    """Stands in sys.modules for a module not imported yet, and imports it when one of its
-    attributes is first read. (importlib's LazyLoader loads at the next import statement.)"""
+    """Stands in sys.modules for a module, and imports it when one of its attributes is first read."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(import_module(self.__name__), name)
-
-
-def import_module(name: str) -> types.ModuleType:
-    """importlib.import_module, which also loads a module that defer_imports put off."""
-    if isinstance(sys.modules.get(name), Deferred):
-        sys.modules.pop(name, None)
-    return importlib.import_module(name)
-
-
-def defer_imports(*names: str) -> None:
-    for name in names:
-        spec = None if name in sys.modules else importlib.util.find_spec(name)
-        if spec is not None:
-            sys.modules[name] = Deferred(name)
-            sys.modules[name].__spec__ = spec
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
 
 
 def start_jax(args: Args) -> None:
     """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
-    # gymnax imports matplotlib.pyplot and seaborn (with scipy) for renderers of envs it never
-    # draws here: ~2 s of every start. They load when first used (the plot), if ever.
-    defer_imports("matplotlib.pyplot", "seaborn")
+    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
     if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
@@ -1050,7 +1031,30 @@ def start_jax(args: Args) -> None:
             jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
 
 
-# --- Run directories ------------------------------------------------------------------
+# --- Several processes (ppo_multigpu --distributed): with one process these are trivial ----
+
+
+def is_main_process() -> bool:  # process 0 alone writes the run directories
+    return jax.process_index() == 0
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def agreed(value: int, over_processes: Callable | None = None) -> int:
+    """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
+    if jax.process_count() == 1:
+        return value
+    if over_processes is None:
+        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+    return int(over_processes(multihost_utils.process_allgather(np.int32(value))))
+
+
+# --- Run directories and checkpoints ---------------------------------------------------------
 
 
 class Run(NamedTuple):
@@ -1060,16 +1064,16 @@ class Run(NamedTuple):
     algo: Algorithm
     seeds: list[int]
     dirs: list[Path]  # one run directory per seed
-    units_per_chunk: int
+    iterations_per_chunk: int
     num_chunks: int  # every chunk has work; only the last may be partly masked
     mesh: Mesh  # its axis "seeds" splits the seeds over the devices
     slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
 
 
-def plan_chunks(num_units: int, num_chunks: int) -> tuple[int, int]:
-    """(units per chunk, number of chunks): at most num_chunks chunks, every one with work."""
-    units_per_chunk = math.ceil(num_units / min(num_chunks, num_units))
-    return units_per_chunk, math.ceil(num_units / units_per_chunk)
+def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    per_chunk = math.ceil(num_iterations / min(num_chunks, num_iterations))
+    return per_chunk, math.ceil(num_iterations / per_chunk)
 
 
 def args_from_json(path: Path) -> Args:
@@ -1085,13 +1089,13 @@ def resume_args(given: Args) -> Args:
     require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
     args, defaults = args_from_json(record), Args()
     for name in (f.name for f in fields(Args)):
-        value, before = getattr(given, name), getattr(args, name)
-        if name in RESUME_MAY_CHANGE and value != getattr(defaults, name):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
             setattr(args, name, value)
         conflict = (
             f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
         )
-        require(value in (getattr(defaults, name), before) or name in RESUME_MAY_CHANGE, conflict)
+        require(value in (default, before) or name in RESUME_MAY_CHANGE, conflict)
     return args
 
 
@@ -1101,8 +1105,12 @@ def open_run(args: Args) -> Run:
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
     if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar is drawn here
-        renderable = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar")
-        require(renderable, f"--capture-video renders classic-control and MinAtar envs, not {args.env_id}")
+        renderable = (
+            args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        )
+        require(
+            renderable, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}"
+        )
         needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
         require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
@@ -1112,15 +1120,14 @@ def open_run(args: Args) -> Run:
             wandb.login(verify=False)  # offline and disabled modes need no key
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
-    algo = make_algorithm(args)
+    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
     mesh = algo.mesh
     if mesh is None:  # the fewest devices that spread the seeds most evenly
         per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
         devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
         mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
     slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
-    seeds = list(range(args.seed, args.seed + args.num_seeds))
-    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_units, args.num_chunks), mesh, slots)
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, args.num_chunks), mesh, slots)
     if args.resume is not None:  # found through args.json, whatever the directories are called now
         record = json.loads((Path(args.resume) / "args.json").read_text())
         dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
@@ -1128,12 +1135,10 @@ def open_run(args: Args) -> Run:
         missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
         require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
         return run._replace(dirs=dirs)
-    stamp = int(time.time())
-    if jax.process_count() > 1:  # every process names the directories with process 0's time
-        stamp = int(multihost_utils.broadcast_one_to_all(np.int32(stamp)))
-    names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    stamp = agreed(int(time.time()))
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     for seed, name in zip(seeds, names, strict=True):
-        if jax.process_index() == 0:  # in a multi-process run, process 0 writes
+        if is_main_process():
             (Path(args.output_dir) / name).mkdir(parents=True)
             record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
             record["sizes"] = algo.sizes._asdict()
@@ -1141,35 +1146,32 @@ def open_run(args: Args) -> Run:
     return run._replace(dirs=[Path(args.output_dir) / name for name in names])
 
 
-# --- Checkpoints and the state on the devices -----------------------------------------
-
-
-def save_checkpoint(run_dir: Path, units_done: int, global_step: int, state_of_seed: Any) -> None:
+def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
     """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
     place); then all but the two newest are deleted. A crash always leaves one that reads."""
     path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
     path.parent.mkdir(exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(flax.serialization.to_bytes({"units_done": units_done, "state": state_of_seed}))
-    os.replace(temporary, path)
+    record = {"iterations": iterations_done, "state": state_of_seed}
+    path.with_name(path.name + ".tmp").write_bytes(flax.serialization.to_bytes(record))
+    os.replace(path.with_name(path.name + ".tmp"), path)
     for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
         old.unlink()
 
 
 def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
-    """(units done, the state of one seed); ValueError when the file does not read as one."""
+    """(iterations done, the state of one seed); ValueError when the file does not read as one."""
     try:
         saved = flax.serialization.msgpack_restore(path.read_bytes())
-        restored = flax.serialization.from_state_dict({"units_done": 0, "state": template}, saved)
+        restored = flax.serialization.from_state_dict({"iterations": 0, "state": template}, saved)
     except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
         raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
         raise ValueError(f"{path}: its arrays do not fit this run's state")
-    return int(restored["units_done"]), restored["state"]
+    return int(restored["iterations"]), restored["state"]
 
 
 def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
-    """(units done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
     if run.args.resume is None:
         return 0, None
     template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
@@ -1185,23 +1187,7 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
     raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
 
 
-def pad_seeds(tree: Any, slots: int) -> Any:
-    """[S, ...] -> [slots, ...]: the extra slots repeat the seeds; their results are discarded."""
-    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
-
-
-def to_host(tree: Any) -> Any:
-    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
-    if jax.process_count() > 1:
-        return multihost_utils.process_allgather(tree, tiled=True)
-    return jax.device_get(tree)
-
-
-def seed_slice(tree: Any, i: int) -> Any:
-    return jax.tree.map(lambda x: x[i], tree)
-
-
-# --- The compiled programs: init, one chunk, the final evaluation ----------------------
+# --- The compiled programs: init, one chunk, the evaluation --------------------------------
 
 
 def seeds_program(
@@ -1213,12 +1199,19 @@ def seeds_program(
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
-RUNS_ONCE = 0  # init, evaluate: they compile in about half the time at level 0, and still run in ms
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
 
 
-def seed_keys(run: Run) -> np.ndarray:
-    """[slots, 2]: each seed's key, jax.random.PRNGKey(seed) (the padding slots repeat them)."""
+def pad_seeds(tree: Any, slots: int) -> Any:  # [S, ...] -> [slots, ...], repeating the seeds
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def seed_keys(run: Run) -> np.ndarray:  # [slots, 2]: each seed's jax.random.PRNGKey(seed)
     return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+
+
+def seed_slice(tree: Any, i: int) -> Any:  # leaves [S, ...] -> seed i's
+    return jax.tree.map(lambda x: x[i], tree)
 
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
@@ -1235,53 +1228,43 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
 
 
-def run_chunk(algo: Algorithm, units_per_chunk: int, state: Any, first_unit: jax.Array) -> tuple[Any, Any]:
-    """units_per_chunk units of one seed; those past the end (last chunk) are skipped, their
-    metrics NaN. first_unit is not batched over seeds, so the skip stays a real branch."""
-    _, metrics = jax.eval_shape(algo.run_unit, state, first_unit)
-
-    def skip(s: Any, unit: jax.Array) -> tuple[Any, Any]:
-        return s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics)
-
-    def maybe_run(s: Any, unit: jax.Array) -> tuple[Any, Any]:
-        return jax.lax.cond(unit < algo.num_units, algo.run_unit, skip, s, unit)
-
-    return jax.lax.scan(maybe_run, state, first_unit + jnp.arange(units_per_chunk))
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
+    """per_chunk iterations of one seed from iteration `first`; those past the end (last chunk) are
+    skipped, their metrics NaN. first is not batched over seeds, so the skip stays a real branch."""
+    metrics = jax.eval_shape(algo.iteration, state, first)[1]
+    skip = lambda s, index: (s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, algo.iteration, skip, s, index)
+    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
 
 
 def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
     """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
-    The state is not donated: on XLA CPU that made the chunks slower (docs/benchmarks.md)."""
+    The state is not donated: on XLA CPU that made the chunks slower."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
-    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.units_per_chunk)
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
     jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
-    seconds, steps = time.perf_counter() - start, run.units_per_chunk * run.algo.steps_per_unit
-    where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
-    if jax.process_index() == 0:
+    seconds, steps = time.perf_counter() - start, run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    if is_main_process():
+        where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
         print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
     return compiled
 
 
 def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
-    """(state, keys [slots, 2]) -> every seed's final deterministic evaluation, leaves [slots, ...]."""
-    algo = run.algo
-
-    def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
-        return evaluate_episodes(algo, run.args.eval_episodes, algo.model(state_of_seed), key)
-
+    """(state, keys [slots, 2]) -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    evaluate = lambda s, key: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
     return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
 
 
-# --- The driver: chunks, and the outputs written between them -------------------------
+# --- The driver: chunks, and the outputs written between them ------------------------------
 
 
 @contextlib.contextmanager
 def stop_signals_caught() -> Iterator[list[int]]:
-    """Inside, Ctrl-C and SIGTERM are remembered, not raised: the driver finishes the chunk in
-    flight, checkpoints and exits. Yields the list of the signals received."""
+    """Inside, Ctrl-C and SIGTERM are remembered (in the list it yields), not raised."""
     received: list[int] = []
 
     def remember(signum: int, _frame: Any) -> None:
@@ -1296,66 +1279,58 @@ def stop_signals_caught() -> Iterator[list[int]]:
             signal.signal(s, handler)
 
 
-def train_chunks(run: Run, chunk: Callable, state: Any, units_done: int, stop: list[int]) -> tuple[Any, list]:
-    """The remaining chunks. While one runs, the driver writes out the one before: the
-    non-finite check, the logs, the checkpoints, a progress line, and a clean exit if a stop
-    signal came (then the chunk in flight is dropped: a resume runs it again)."""
-    algo, steps_per_unit, main_process = run.algo, run.algo.steps_per_unit, jax.process_index() == 0
-    loggers = [RunLogger(d, run.args, units_done * steps_per_unit) for d in run.dirs] if main_process else []
-    start, steps_at_start = time.perf_counter(), units_done * steps_per_unit
-    first_chunk, ready = units_done // run.units_per_chunk, start
-    in_flight = chunk(state, np.int32(first_chunk * run.units_per_chunk))
-    for index in range(first_chunk, run.num_chunks):
+def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[int]) -> tuple[Any, list]:
+    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
+    returns), the driver writes out the one before: the non-finite check, the logs, the
+    checkpoints, a progress line, and a clean exit if a stop signal came (the chunk in flight is
+    then dropped: a resume runs it again)."""
+    algo, per_chunk, per_iteration = run.algo, run.iterations_per_chunk, run.algo.env_steps_per_iteration
+    steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
+    loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
+    for index in range(done // per_chunk, run.num_chunks):
         state, metrics = in_flight
-        first = index * run.units_per_chunk
-        if index + 1 < run.num_chunks:  # JAX dispatches asynchronously: this returns at once
-            in_flight = chunk(state, np.int32(first + run.units_per_chunk))
-        num_valid = min(run.units_per_chunk, algo.num_units - first)
-        # [S, U]: the real seeds (not the padding), the units that ran
+        first = index * per_chunk
+        if index + 1 < run.num_chunks:
+            in_flight = chunk(state, np.int32(first + per_chunk))
+        num_valid = min(per_chunk, algo.num_iterations - first)
+        # [S, I]: the real seeds (not the padding), the iterations that ran
         metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
-        sps = num_valid * steps_per_unit / (time.perf_counter() - ready)  # per seed
-        ready = time.perf_counter()
-        host_state, step = to_host(state), (first + num_valid) * steps_per_unit
+        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+        host_state, step = to_host(state), (first + num_valid) * per_iteration
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
-            where = f"between steps {first * steps_per_unit:,} and {step:,}"
+            where = f"between steps {first * per_iteration:,} and {step:,}"
             kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
             sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
         for i, logger in enumerate(loggers):
-            columns = {
-                tag: getattr(metrics, name)[i].astype(float).tolist()
-                for name, tag in algo.metric_tags.items()
-            }
-            for u in range(num_valid):
-                values = {tag: column[u] for tag, column in columns.items()}  # Python floats
-                rate = {"charts/SPS": sps} if u == num_valid - 1 else {}  # once per chunk
-                logger.log((first + u + 1) * steps_per_unit, values | rate)
+            for j in range(num_valid):
+                values = {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
+                rate = {"charts/SPS": sps} if j == num_valid - 1 else {}  # once per chunk
+                logger.log((first + j + 1) * per_iteration, values | rate)
             logger.flush()
             save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
-        elapsed, total = time.perf_counter() - start, algo.num_units * steps_per_unit
-        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, U/4]: the chunk's last quarter
-        latest = np.nanmean(recent) if np.isfinite(recent).any() else float("nan")
-        if main_process:
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
+        latest, elapsed = (
+            np.nanmean(recent) if np.isfinite(recent).any() else np.nan,
+            time.perf_counter() - start,
+        )
+        if is_main_process():
             bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
             line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
             print(f"{line} | {elapsed:6.1f}s", flush=True)
-        stopping = bool(stop)
-        if jax.process_count() > 1:  # a signal to any process stops all of them together
-            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
-        if stopping and index < run.num_chunks - 1:
+        if agreed(len(stop), max) and index < run.num_chunks - 1:  # a signal to any process stops all
             for logger in loggers:
                 logger.close()
-            if main_process:
+            if is_main_process():
                 command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
                 print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
-    if main_process:
-        steps, seconds = algo.num_units * steps_per_unit - steps_at_start, time.perf_counter() - start
+    if is_main_process():
+        steps, seconds = total - steps_at_start, time.perf_counter() - start
         rate = f"{steps / seconds:,.0f} SPS per seed"
         print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
     return state, loggers
-
-
-# --- Logging --------------------------------------------------------------------------
 
 
 class RunLogger:
@@ -1374,28 +1349,22 @@ class RunLogger:
             import wandb
 
             record = json.loads((run_dir / "args.json").read_text())
-            self.wandb_run = wandb.init(
-                project=args.wandb_project_name,
-                entity=args.wandb_entity,
-                name=record["run_name"],
-                id=record["run_name"],
-                resume="allow",
-                dir=str(run_dir),
-                config=record,
-                reinit="create_new",
-            )
+            names = {
+                "project": args.wandb_project_name,
+                "entity": args.wandb_entity,
+                "name": record["run_name"],
+            }
+            resume = {"id": record["run_name"], "resume": "allow", "reinit": "create_new"}
+            self.wandb_run = wandb.init(**names, **resume, dir=str(run_dir), config=record)
 
     def log(self, global_step: int, values: dict[str, float]) -> None:
         values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
-        if not values:
-            return
-        # One event holds the step's values: add_scalar's event per value costs ~10x more
-        # (docs/benchmarks.md), a second per 1,000 logged points of PPO.
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()])
-        self.writer.file_writer.add_summary(summary, global_step)
-        self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
-        if self.wandb_run is not None:
-            self.wandb_run.log({**values, "global_step": global_step})
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step)
+        if values:
+            self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
+            if self.wandb_run is not None:
+                self.wandb_run.log({**values, "global_step": global_step})
 
     def flush(self) -> None:
         self.writer.flush()
@@ -1408,7 +1377,7 @@ class RunLogger:
             self.wandb_run.finish()
 
 
-# --- Evaluation and the outputs of a finished run -------------------------------------
+# --- Evaluation and the outputs of a finished run ------------------------------------------
 
 
 class EvalResult(NamedTuple):
@@ -1428,36 +1397,26 @@ class EvalCarry(NamedTuple):
 
 def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
     """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
-    env, env_params = algo.env, algo.env_params
-    reset_key, key = jax.random.split(key)
-    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
-        jax.random.split(reset_key, num_episodes), env_params
-    )
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
     zeros = jnp.zeros(num_episodes)
     carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key)
 
-    def step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+    def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
         key, step_key = jax.random.split(c.key)
-        obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs), env_params
-        )
-        running = c.running & ~(terminated | truncated)
-        carry = EvalCarry(env_state, obs, c.returns + reward * c.running, c.lengths + c.running, running, key)
-        return carry, jax.tree.map(lambda x: x[0], c.env_state)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs))
+        running = c.running & ~(out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        return EvalCarry(out.state, out.obs, returns, lengths, running, key), seed_slice(c.env_state, 0)
 
-    carry, first_episode = jax.lax.scan(step, carry, None, env_params.max_steps_in_episode)
+    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
     return EvalResult(carry.returns, carry.lengths, first_episode)
 
 
 def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
-    returns = np.asarray(returns, np.float64)
-    return {
-        "returns": returns.tolist(),
-        "lengths": np.asarray(lengths).tolist(),
-        "mean": float(returns.mean()),
-        "std": float(returns.std()),
-        "episodes": len(returns),
-    }
+    returns, summary = np.asarray(returns, np.float64), {"lengths": np.asarray(lengths).tolist()}
+    stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
+    return {"returns": returns.tolist(), **summary, **stats}
 
 
 def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
@@ -1468,9 +1427,8 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
     result = to_host(evaluate(state, keys))
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
     for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
-        summary = eval_summary(result.returns[i], result.lengths[i]) | {
-            "global_step": algo.num_units * algo.steps_per_unit
-        }
+        summary = eval_summary(result.returns[i], result.lengths[i])
+        summary["global_step"] = algo.num_iterations * algo.env_steps_per_iteration
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
         logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
         logger.close()
@@ -1480,10 +1438,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
                 flax.serialization.to_bytes(seed_slice(models, i))
             )
         if args.capture_video:
-            frames = render_frames(
-                algo, args.env_id, seed_slice(result.first_episode, i), summary["lengths"][0]
-            )
-            write_gif(run_dir / "videos" / "eval.gif", frames)
+            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
         mean, std = summary["mean"], summary["std"]
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
@@ -1501,6 +1456,15 @@ def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0)
     return eval_summary(result.returns, result.lengths)
 
 
+def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_returns(run_dir: Path, title: str) -> None:
     """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
     plt = import_pyplot()
@@ -1515,14 +1479,6 @@ def plot_returns(run_dir: Path, title: str) -> None:
     plt.close(fig)
 
 
-def import_pyplot() -> types.ModuleType:
-    """matplotlib.pyplot, drawing to files (Agg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    return import_module("matplotlib.pyplot")
-
-
 def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
     """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
     grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
@@ -1533,7 +1489,7 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
         palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
             np.uint8
         )
-        grids = [np.asarray(algo.env.get_obs(state, algo.env_params)) for state in states]  # [10, 10, C] 0/1
+        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -1543,7 +1499,7 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
 
     gym_env = gymnasium.make(env_id, render_mode="rgb_array")
     gym_env.reset(seed=0)
-    set_gym_params(gym_env.unwrapped, env_id, algo.env_params)
+    set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
     frames = []
     for state in states:
         gym_env.unwrapped.state = get_gym_state(state, env_id)
@@ -1554,42 +1510,50 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
     return frames
 
 
+def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
+    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    folder.mkdir(parents=True, exist_ok=True)
+    length = summary["lengths"][0]
+    if env_id.startswith("brax/"):
+        from brax.io import html
+
+        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    else:
+        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
+
+
 def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
-    """One palette for the whole episode, from a sample of its frames: PIL's default, a palette
-    searched per frame, takes ~10x longer (seconds per video)."""
+    """One palette for the whole episode, from a sample of its frames (PIL's default searches one
+    per frame: seconds per video)."""
     from PIL import Image
 
     sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
-    path.parent.mkdir(parents=True, exist_ok=True)
     images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
 
 
 def main() -> None:
     """Train every seed in compiled chunks, then evaluate each and write its outputs."""
-    # Python's garbage collector scans the objects it tracks: the ~300,000 that the imports
-    # made, again and again while JAX traces, and at exit (~0.5 s, docs/benchmarks.md). They
-    # live until the exit: keep them out of its scans, and at exit everything left.
-    gc.freeze()
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     args = tyro.cli(Args)
     start_jax(args)
     try:  # every bad input is reported here, in one line, before anything compiles
         run = open_run(resume_args(args))
-        units_done, restored = restore_checkpoints(run)
+        done, restored = restore_checkpoints(run)
     except ArgsError as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The pool: see below.
+    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The evaluation compiles, and pyplot
+    # imports, in a thread while the chunks run (XLA works outside Python's lock).
     with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
         state = initial_state(run, restored)
         chunk = compile_chunk(run, state)
-        # What only the outputs need gets ready in a thread while the chunks run (XLA
-        # compiles, and runs the chunks, outside Python's lock); leaving `with` waits for it.
         evaluate = pool.submit(compile_evaluate, run, state)
-        pool.submit(import_pyplot)  # ~0.5 s
-        state, loggers = train_chunks(run, chunk, state, units_done, stop)
+        pool.submit(import_pyplot)
+        state, loggers = train_chunks(run, chunk, state, done, stop)
     finish_run(run, state, loggers, evaluate.result())
 
 

@@ -2,8 +2,9 @@
 
 Algorithm: Haarnoja et al. 2018, "Soft Actor-Critic" (arXiv:1801.01290) and "Soft Actor-Critic
 Algorithms and Applications" (arXiv:1812.05905: twin Q critics, automatic entropy tuning), as
-CleanRL's sac_continuous_action.py. Its details are tagged `# [SAC-k]` here and listed in
-docs/sac_jax.md. The replay buffer is a JAX pytree carried through the scan, like the envs.
+CleanRL's sac_continuous_action.py. Its details are tagged `# [SAC-1]` to `# [SAC-14]` here and
+listed in docs/sac_jax.md. The policy is a tanh-squashed Gaussian (a distrax distribution); the
+replay buffer is a JAX pytree carried through the scan, like the envs.
 
 Run `python vibe_rl/sac_jax.py --env-id Pendulum-v1`. It writes
 runs/{env_id}__{exp_name}__{seed}__{unix_time}/: args.json, TensorBoard events, metrics.jsonl,
@@ -11,15 +12,18 @@ checkpoints/ (replay buffer included), eval.json, episodic_return.png; {exp_name
 --save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
 
 How to read this file:
-    1-4  Args, the environment, the networks (the policy: `SquashedGaussian`), the
+    1-3  Args, the networks (the policy: `squashed_gaussian`, a distrax distribution), the
          state (NamedTuples, a shape on every field).
-    5    the math as small pure tested functions: td_target, the losses, polyak_update, the buffer.
-    6    training. `iteration` is one SAC iteration: one step of the num_envs envs into the buffer,
-         then `learn`: a critic step, the delayed actor and alpha steps, the target update.
-         `block`: the iterations between two logged points. `make_train(args)`: train(key).
-    7    the evaluation policy, and `make_algorithm`: SAC as the run harness sees it.
-    Below the "Run harness" banner is the machinery every vibe_rl script shares, word for
-    word: run directories, logging, checkpoints, resume, the command line. Stop reading there.
+    4    the math as small pure functions, each tested: td_target, the losses, the replay buffer.
+    5    training. `iteration` is one SAC iteration, the steps between two logged points; a
+         `step` puts one step of the num_envs envs into the buffer, then `learn`s: a critic step,
+         the delayed actor and alpha steps, the target update. `make_train(args)`: train(key).
+    6    the evaluation policy, and `make_algorithm`: SAC as the run harness sees it.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env and
+    env_spec (an EnvSpec: a gymnax or Brax env and its spaces), reset_envs and step_envs
+    (gymnax's reset and step for N envs), require and require_positive (a flag's check).
+    The rest of the harness is the machinery every vibe_rl script shares, word for word: run
+    directories, logging, checkpoints, resume. Stop reading there.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -42,7 +47,42 @@ import optax
 
 @dataclass
 class Args:
-    # The run: the same flags in every vibe_rl script
+    # SAC (CleanRL sac_continuous_action.py's defaults, except env_id, total_timesteps and
+    # buffer_size: docs/sac_jax.md says why)
+    env_id: str = "Pendulum-v1"
+    """the id of the environment (continuous actions): a gymnax id, or brax/<name> for a Brax MuJoCo task"""
+    total_timesteps: int = 50_000
+    """total environment steps of the training, per seed (rounded down to whole iterations)"""
+    num_envs: int = 1
+    """the number of parallel environments; one gradient step per step of all of them"""
+    buffer_size: int = 100_000
+    """the replay memory buffer size (transitions)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 0.005
+    """target smoothing coefficient: target <- tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """the batch size of sample from the replay memory"""
+    learning_starts: int = 5_000
+    """environment steps of uniformly random actions before the first gradient step"""
+    policy_lr: float = 3e-4
+    """the learning rate of the policy network optimizer"""
+    q_lr: float = 1e-3
+    """the learning rate of the Q network optimizer (and of the entropy coefficient)"""
+    policy_frequency: int = 2
+    """the frequency of training the policy (delayed): that many actor updates every that many steps"""
+    target_network_frequency: int = 1
+    """the frequency of the Polyak updates of the target critics (in steps)"""
+    alpha: float = 0.2
+    """the entropy coefficient, held fixed with --no-autotune (autotune starts it at 1, as CleanRL)"""
+    autotune: bool = True
+    """automatic tuning of the entropy coefficient toward the target entropy -|A|"""
+    hidden_size: int = 256
+    """width of the two hidden layers of the actor and of each critic"""
+    log_frequency: int = 100
+    """env steps between two logged points (an iteration), which log their means (CleanRL: 100)"""
+
+    # The run and the machine: the same flags in every vibe_rl script
     exp_name: str = Path(__file__).stem
     """the name of this experiment (part of the run directory's name)"""
     seed: int = 1
@@ -72,136 +112,47 @@ class Args:
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
 
-    # SAC (CleanRL sac_continuous_action.py's defaults, except env_id, total_timesteps and
-    # buffer_size: docs/sac_jax.md says why)
-    env_id: str = "Pendulum-v1"
-    """the id of the gymnax environment (continuous actions)"""
-    total_timesteps: int = 50_000
-    """total environment steps of the training, per seed (rounded down to whole logged blocks)"""
-    num_envs: int = 1
-    """the number of parallel environments; one gradient step per step of all of them"""
-    buffer_size: int = 100_000
-    """the replay memory buffer size (transitions)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    tau: float = 0.005
-    """target smoothing coefficient: target <- tau * online + (1 - tau) * target"""
-    batch_size: int = 256
-    """the batch size of sample from the replay memory"""
-    learning_starts: int = 5_000
-    """environment steps of uniformly random actions before the first gradient step"""
-    policy_lr: float = 3e-4
-    """the learning rate of the policy network optimizer"""
-    q_lr: float = 1e-3
-    """the learning rate of the Q network optimizer (and of the entropy coefficient)"""
-    policy_frequency: int = 2
-    """the frequency of training the policy (delayed): that many actor updates every that many steps"""
-    target_network_frequency: int = 1
-    """the frequency of the Polyak updates of the target critics (in iterations)"""
-    alpha: float = 0.2
-    """the entropy coefficient, held fixed with --no-autotune (autotune starts it at 1, as CleanRL)"""
-    autotune: bool = True
-    """automatic tuning of the entropy coefficient toward the target entropy -|A|"""
-    hidden_size: int = 256
-    """width of the two hidden layers of the actor and of each critic"""
-    log_frequency: int = 100
-    """env steps between two logged points: returns and losses are averaged over them (CleanRL: 100)"""
 
-
-# ===== 2. Environment ================================================================
-
-
-class EnvSpec(NamedTuple):
-    """What the networks and the training need to know about the environment."""
-
-    env: Any  # a gymnax Environment
-    env_params: Any  # its EnvParams
-    obs_dim: int  # observations are flattened: [*obs_shape] -> [obs_dim]
-    action_dim: int  # A
-    action_low: np.ndarray  # [A]
-    action_high: np.ndarray  # [A]
-
-
-def make_env(env_id: str) -> EnvSpec:
-    # gymnax is imported here, not at the top: its import starts JAX, and the run harness
-    # first sets the number of CPU devices.
-    import gymnax
-    from gymnax.environments import spaces
-
-    known = gymnax.registered_envs
-    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
-    env, env_params = gymnax.make(env_id)
-    space = env.action_space(env_params)
-    other = f"use dqn_jax.py or ppo_jax_scan.py for {type(space).__name__} actions"
-    require(isinstance(space, spaces.Box), f"--env-id {env_id}: SAC needs continuous (Box) actions; {other}")
-    action_dim, obs_dim = math.prod(space.shape), math.prod(env.observation_space(env_params).shape)
-    low, high = (np.broadcast_to(np.asarray(x, np.float32), (action_dim,)) for x in (space.low, space.high))
-    return EnvSpec(env, env_params, obs_dim, action_dim, low, high)
-
-
-def flatten_obs(obs: jax.Array) -> jax.Array:
-    """[N, *obs_shape] -> [N, obs_dim]."""
-    return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
-
-
-# ===== 3. Networks, and the policy distribution ======================================
+# ===== 2. Networks, and the policy distribution ======================================
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 def squash_log_std(raw: jax.Array) -> jax.Array:
-    """[SAC-4] raw head output [..., A] -> log_std in [LOG_STD_MIN, LOG_STD_MAX] via tanh."""
+    """[SAC-4] raw head output [..., A] -> log_std in [LOG_STD_MIN, LOG_STD_MAX] via tanh (CleanRL's)."""
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw) + 1.0)
 
 
-def action_scale_bias(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[SAC-5] the affine map [-1, 1] -> [low, high]: a = scale * u + bias; low, high [A]."""
-    return (high - low) / 2.0, (high + low) / 2.0
+def squashed_gaussian(
+    mean: jax.Array, log_std: jax.Array, low: np.ndarray, high: np.ndarray
+) -> distrax.Transformed:
+    """[SAC-3] the policy: a = scale * tanh(x) + bias, x ~ N(mean, exp(log_std)^2) per action dimension;
+    mean, log_std [..., A]; low, high [A]. log pi(a) = log N(x) - sum_A (log scale + log(1 - tanh(x)^2)),
+    taken at the sample x by sample_and_log_prob (log_prob(a) inverts tanh: inexact near the bounds);
+    distrax's Tanh writes log(1 - tanh(x)^2) as 2 (log 2 - x - softplus(-2x)), finite at saturation."""
+    scale, bias = (high - low) / 2.0, (high + low) / 2.0  # [SAC-5] [-1, 1] -> [low, high], per dimension
+    # Chain applies its last bijector first (tanh, then the affine map); Block sums the log-dets over A
+    squash = distrax.Block(distrax.Chain([distrax.ScalarAffine(shift=bias, scale=scale), distrax.Tanh()]), 1)
+    return distrax.Transformed(distrax.MultivariateNormalDiag(mean, jnp.exp(log_std)), squash)
 
 
-class SquashedGaussian(NamedTuple):
-    """[SAC-3] the policy: a = scale * tanh(x) + bias, x ~ N(mean, exp(log_std)^2), per action
-    dimension. By the change of variables, log pi(a) = log N(x) - sum_A (log scale + log(1 - tanh(x)^2)),
-    evaluated at the sample x (never at arctanh(a), inexact near the bounds)."""
-
-    mean: jax.Array  # [..., A]
-    log_std: jax.Array  # [..., A]
-    scale: np.ndarray  # [A] [SAC-5] from action_scale_bias
-    bias: np.ndarray  # [A]
-
-    def squash(self, x: jax.Array) -> jax.Array:
-        """x [..., A] -> the action scale * tanh(x) + bias, inside [low, high]."""
-        return self.scale * jnp.tanh(x) + self.bias
-
-    def sample_and_log_prob(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """A reparameterised sample (gradients flow into mean and log_std): action [..., A], log pi [...]."""
-        noise = jax.random.normal(key, self.mean.shape)  # [..., A], = (x - mean) / std
-        x = self.mean + jnp.exp(self.log_std) * noise
-        log_normal = -0.5 * jnp.square(noise) - self.log_std - 0.5 * math.log(2 * math.pi)  # log N(x)
-        log_one_minus_tanh_sq = 2.0 * (math.log(2.0) - x - jax.nn.softplus(-2.0 * x))  # stable for large |x|
-        log_prob = jnp.sum(log_normal - jnp.log(self.scale) - log_one_minus_tanh_sq, axis=-1)
-        return self.squash(x), log_prob
-
-    def sample(self, key: jax.Array) -> jax.Array:
-        """An action [..., A] alone (XLA drops the unused log-probability)."""
-        return self.sample_and_log_prob(key)[0]
+def torso(x: jax.Array, width: int) -> jax.Array:
+    """[SAC-14] two hidden ReLU layers of `width`, flax's default (LeCun normal) initialisation."""
+    return nn.relu(nn.Dense(width)(nn.relu(nn.Dense(width)(x))))
 
 
 class Actor(nn.Module):
-    """obs [..., obs_dim] -> the policy pi(.|obs), a distribution over actions [..., A]."""
+    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution over actions [..., A]."""
 
     spec: EnvSpec
     hidden_size: int = 256
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> SquashedGaussian:
-        # [SAC-14] two hidden ReLU layers, flax's default (LeCun normal) initialisation
-        x = nn.relu(nn.Dense(self.hidden_size)(obs))
-        x = nn.relu(nn.Dense(self.hidden_size)(x))
-        mean = nn.Dense(self.spec.action_dim)(x)
-        log_std = squash_log_std(nn.Dense(self.spec.action_dim)(x))
-        scale, bias = action_scale_bias(self.spec.action_low, self.spec.action_high)
-        return SquashedGaussian(mean, log_std, scale, bias)
+    def __call__(self, obs: jax.Array) -> distrax.Transformed:
+        x = torso(obs, self.hidden_size)  # [..., hidden_size]
+        mean = nn.Dense(self.spec.action_dim)(x)  # [..., A]
+        log_std = squash_log_std(nn.Dense(self.spec.action_dim)(x))  # [..., A] state-dependent
+        return squashed_gaussian(mean, log_std, self.spec.action_low, self.spec.action_high)
 
 
 class QNetwork(nn.Module):
@@ -211,13 +162,11 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = jnp.concatenate([obs, action], axis=-1)  # [SAC-14] Q(s, a) on concat(s, a)
-        x = nn.relu(nn.Dense(self.hidden_size)(x))
-        x = nn.relu(nn.Dense(self.hidden_size)(x))
+        x = torso(jnp.concatenate([obs, action], axis=-1), self.hidden_size)  # [SAC-14] on concat(s, a)
         return nn.Dense(1)(x)[..., 0]
 
 
-# ===== 4. State ======================================================================
+# ===== 3. State ======================================================================
 
 Params = Any  # a flax parameter pytree
 
@@ -232,8 +181,7 @@ class SACParams(NamedTuple):
 
 
 class Transition(NamedTuple):
-    """One step of the N envs, [N, ...]. The replay buffer stores them as rows, [R, N, ...]; a
-    sample of it has the same fields, [B, ...] (`Batch`)."""
+    """One step of the N envs, [N, ...]; the replay buffer's rows [R, N, ...]; a sample, `Batch`, [B, ...]."""
 
     obs: jax.Array  # [N, obs_dim]
     action: jax.Array  # [N, A] in the env's units
@@ -250,9 +198,6 @@ class ReplayBuffer(NamedTuple):
     filled: jax.Array  # [] int32, rows written so far (at most R)
 
 
-Batch = Transition  # [B, ...]: what buffer_sample returns and the losses read
-
-
 class Learner(NamedTuple):
     """What the gradient steps change: the parameters and their three Adam states [SAC-11]."""
 
@@ -263,7 +208,7 @@ class Learner(NamedTuple):
 
 
 class RunnerState(NamedTuple):
-    """Everything the training carries from one iteration to the next (and checkpoints)."""
+    """Everything the training carries from one step to the next (and checkpoints)."""
 
     learner: Learner
     env_state: Any  # gymnax EnvState, batched over envs [N]
@@ -289,7 +234,7 @@ class ActorInfo(NamedTuple):  # one actor (and alpha) step's numbers, each []
 
 
 class StepStats(NamedTuple):
-    """What one iteration adds to its block's Metrics; the block's scan stacks them to [K]."""
+    """What one step adds to its iteration's Metrics; the iteration's scan stacks them to [K]."""
 
     return_sum: jax.Array  # [] summed return of the episodes that ended at this step
     length_sum: jax.Array  # [] their summed lengths
@@ -298,23 +243,25 @@ class StepStats(NamedTuple):
     actor: ActorInfo  # NaN without an actor step (delayed: see learn)
 
 
-# One block's metrics (one logged point), each []; train() stacks them to [num_blocks]: the means
-# over the episodes that ended in the block and over its steps of each kind (NaN where it has none).
+Batch = Transition  # [B, ...]: what buffer_sample returns and the losses read
+
+# One iteration's metrics (a logged point), each []; train() stacks them to [num_iterations]: the means
+# over the episodes that ended in it and over its steps of each kind (NaN where it has none).
 EPISODE_FIELDS = ("episodic_return", "episodic_length")
 METRIC_FIELDS = (*EPISODE_FIELDS, *CriticInfo._fields, *ActorInfo._fields)
 Metrics = NamedTuple("Metrics", [(name, jax.Array) for name in METRIC_FIELDS])
 METRIC_TAGS = {name: f"{'charts' if name in EPISODE_FIELDS else 'losses'}/{name}" for name in METRIC_FIELDS}
+nans = lambda info_type: info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fields))  # of a step not taken
 
 
-# ===== 5. The algorithm's math: small pure functions =================================
+# ===== 4. The algorithm's math: small pure functions =================================
 
 
-# The done convention, used by td_target and by the iteration:
+# The done convention, used by td_target and by the step:
 #   terminated: the episode truly ended (the MDP stops): no bootstrap, the value after it is 0.
-#   truncated:  the time limit cut the episode; the state it reached still has a value. The buffer
-#               stores as next_obs the real observation reached, info["final_observation"] (not
-#               the auto-reset's first observation of the next episode); the target bootstraps
-#               from it. So only `terminated` enters the target; truncation needs no flag at all.
+#   truncated:  the time limit cut the episode; the state it reached still has a value. The buffer's
+#               next_obs is the real observation reached (gymnax's final observation, not the
+#               auto-reset's), and the target bootstraps from it: only `terminated` enters the target.
 def td_target(
     reward: jax.Array,
     terminated: jax.Array,
@@ -323,9 +270,8 @@ def td_target(
     alpha: jax.Array,
     gamma: float,
 ) -> jax.Array:
-    """[SAC-7] soft TD target r + gamma * (1 - terminated) * (Q'(s', a') - alpha * log pi(a'|s')).
-    reward, terminated, next_log_prob: [B]; next_q: [B], the min of the twin target critics at
-    (next_obs, a' ~ pi(.|next_obs)). Returns [B]."""
+    """[SAC-7] soft TD target r + gamma * (1 - terminated) * (Q'(s', a') - alpha * log pi(a'|s')), [B].
+    next_q: the min of the twin target critics at (next_obs, a' ~ pi(.|next_obs)); all inputs [B]."""
     return reward + gamma * (1.0 - terminated) * (next_q - alpha * next_log_prob)
 
 
@@ -343,15 +289,9 @@ def actor_loss_fn(log_prob: jax.Array, q_values: jax.Array, alpha: jax.Array) ->
 
 
 def alpha_loss_fn(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: float) -> jax.Array:
-    """[SAC-10] -alpha * (log pi + target_entropy), log_prob [B] held fixed. Its gradient in
-    log_alpha is -alpha * (E[log pi] + target_entropy): alpha grows while the policy's entropy
-    -E[log pi] is below the target and shrinks while it is above."""
+    """[SAC-10] -alpha * (log pi + target_entropy), log_prob [B] held fixed. Its gradient in log_alpha,
+    -alpha * (E[log pi] + target_entropy), grows alpha while the entropy -E[log pi] is below the target."""
     return jnp.mean(-jnp.exp(log_alpha) * (jax.lax.stop_gradient(log_prob) + target_entropy))
-
-
-def polyak_update(target: Params, online: Params, tau: float) -> Params:
-    """[SAC-8] target <- tau * online + (1 - tau) * target, leaf by leaf."""
-    return jax.tree.map(lambda t, o: tau * o + (1.0 - tau) * t, target, online)
 
 
 def buffer_init(rows: int, num_envs: int, obs_dim: int, action_dim: int) -> ReplayBuffer:
@@ -380,11 +320,20 @@ def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Batc
     return jax.tree.map(lambda x: x[row_index, env_index], buffer.data)
 
 
-# ===== 6. Training: iteration, learn, block, make_train ==============================
+# ===== 5. Training: step, learn, iteration, make_train ===============================
 
 
-class SAC(NamedTuple):
-    """One configuration (built by build_sac below). Every function of this section takes it."""
+class Sizes(NamedTuple):
+    """The sizes derived from Args, in this one place (never command-line flags)."""
+
+    total_steps: int  # steps of the run (each one env step of the N envs): num_iterations * K
+    steps_per_iteration: int  # K: one logged point every K * num_envs env steps
+    num_iterations: int  # the logged points
+    buffer_rows: int  # R = buffer_size // num_envs: the replay buffer's rows
+
+
+class Setup(NamedTuple):
+    """Everything built once from Args (by build_setup, below); every function of this section takes it."""
 
     args: Args
     sizes: Sizes
@@ -395,121 +344,115 @@ class SAC(NamedTuple):
     q_optimizer: optax.GradientTransformation  # the critics' and log_alpha's (each its own state)
 
 
-def nans(info_type: type) -> Any:
-    """An info NamedTuple of NaNs: the numbers of a step that was not taken."""
-    return info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fields))
-
-
-def twin_q(sac: SAC, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
+def twin_q(setup: Setup, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
     """[SAC-6] both critics in one call (their parameters are stacked, [2, ...]): [B, ...] -> [2, B]."""
-    return jax.vmap(sac.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
+    return jax.vmap(setup.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
 
 
-def critic_step(sac: SAC, learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, CriticInfo]:
+def critic_step(setup: Setup, learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, CriticInfo]:
     """One gradient step of the twin critics toward the soft TD target."""
     params = learner.params
-    next_action, next_log_prob = sac.actor.apply(params.actor, batch.next_obs).sample_and_log_prob(key)
-    next_q = jnp.min(twin_q(sac, params.critic_target, batch.next_obs, next_action), axis=0)  # [B]
-    alpha, gamma = jnp.exp(params.log_alpha), sac.args.gamma
+    next_action, next_log_prob = setup.actor.apply(params.actor, batch.next_obs).sample_and_log_prob(seed=key)
+    next_q = jnp.min(twin_q(setup, params.critic_target, batch.next_obs, next_action), axis=0)  # [B]
+    alpha, gamma = jnp.exp(params.log_alpha), setup.args.gamma
     target = td_target(batch.reward, batch.terminated, next_q, next_log_prob, alpha, gamma)  # [B]
-    loss = lambda critic: critic_loss_fn(twin_q(sac, critic, batch.obs, batch.action), target)
+    loss = lambda critic: critic_loss_fn(twin_q(setup, critic, batch.obs, batch.action), target)
     grads, info = jax.grad(loss, has_aux=True)(params.critic)
-    updates, critic_opt = sac.q_optimizer.update(grads, learner.critic_opt, params.critic)
+    updates, critic_opt = setup.q_optimizer.update(grads, learner.critic_opt, params.critic)
     params = params._replace(critic=optax.apply_updates(params.critic, updates))
     return learner._replace(params=params, critic_opt=critic_opt), info
 
 
-def actor_step(sac: SAC, batch: Batch, learner: Learner, key: jax.Array) -> tuple[Learner, ActorInfo]:
+def actor_step(setup: Setup, batch: Batch, learner: Learner, key: jax.Array) -> tuple[Learner, ActorInfo]:
     """One gradient step of the actor, then (--autotune) one of log_alpha."""
     params, alpha = learner.params, jnp.exp(learner.params.log_alpha)
 
     def loss(actor_params: Params) -> tuple[jax.Array, jax.Array]:
-        # reparameterised: the gradient flows through the sampled action into the critics
-        action, log_prob = sac.actor.apply(actor_params, batch.obs).sample_and_log_prob(key)
-        return actor_loss_fn(log_prob, twin_q(sac, params.critic, batch.obs, action), alpha), log_prob
+        # reparameterised (x = mean + std * noise): the gradient flows through the action into the critics
+        action, log_prob = setup.actor.apply(actor_params, batch.obs).sample_and_log_prob(seed=key)
+        return actor_loss_fn(log_prob, twin_q(setup, params.critic, batch.obs, action), alpha), log_prob
 
     (actor_loss, log_prob), grads = jax.value_and_grad(loss, has_aux=True)(params.actor)
-    updates, actor_opt = sac.actor_optimizer.update(grads, learner.actor_opt, params.actor)
+    updates, actor_opt = setup.actor_optimizer.update(grads, learner.actor_opt, params.actor)
     learner = learner._replace(params=params._replace(actor=optax.apply_updates(params.actor, updates)))
     alpha_loss = jnp.asarray(jnp.nan)
-    if sac.args.autotune:  # [SAC-10] without it, log_alpha keeps its initial value log(--alpha)
-        target_entropy = -float(sac.spec.action_dim)
+    if setup.args.autotune:  # [SAC-10] without it, log_alpha keeps its initial value log(--alpha)
+        target_entropy = -float(setup.spec.action_dim)
         alpha_loss, grad = jax.value_and_grad(alpha_loss_fn)(params.log_alpha, log_prob, target_entropy)
-        updates, alpha_opt = sac.q_optimizer.update(grad, learner.alpha_opt, params.log_alpha)
+        updates, alpha_opt = setup.q_optimizer.update(grad, learner.alpha_opt, params.log_alpha)
         log_alpha = optax.apply_updates(params.log_alpha, updates)
         learner = learner._replace(params=learner.params._replace(log_alpha=log_alpha), alpha_opt=alpha_opt)
     return learner._replace(actor_opt=actor_opt), ActorInfo(actor_loss, alpha, alpha_loss)
 
 
 def learn(
-    sac: SAC, learner: Learner, buffer: ReplayBuffer, key: jax.Array, index: jax.Array
+    setup: Setup, learner: Learner, buffer: ReplayBuffer, key: jax.Array, index: jax.Array
 ) -> tuple[Learner, CriticInfo, ActorInfo]:
     """One gradient step of the critics; the delayed actor steps and the target update when due.
-    index: [] the iteration's number, not batched over seeds: the two conds stay real branches."""
-    args = sac.args
+    index: [] the step's number, not batched over seeds: the two conds stay real branches."""
+    args = setup.args
     sample_key, critic_key, actor_key = jax.random.split(key, 3)
     batch = buffer_sample(buffer, sample_key, args.batch_size)  # [B, ...]
-    learner, critic_info = critic_step(sac, learner, batch, critic_key)
+    learner, critic_info = critic_step(setup, learner, batch, critic_key)
 
     def actor_steps(learner: Learner) -> tuple[Learner, ActorInfo]:
         keys = jax.random.split(actor_key, args.policy_frequency)
-        learner, infos = jax.lax.scan(functools.partial(actor_step, sac, batch), learner, keys)
+        learner, infos = jax.lax.scan(functools.partial(actor_step, setup, batch), learner, keys)
         return learner, jax.tree.map(jnp.mean, infos)  # infos: [policy_frequency]
 
-    # [SAC-9] delayed policy updates: every policy_frequency iterations, policy_frequency actor
-    # steps on the same batch, so that the actor and the critics take as many steps
+    # [SAC-9] delayed policy updates: every policy_frequency steps, policy_frequency actor steps
+    # on the same batch, so that the actor and the critics take as many steps
+    no_actor_step = lambda same: (same, nans(ActorInfo))
     learner, actor_info = jax.lax.cond(
-        index % args.policy_frequency == 0, actor_steps, lambda same: (same, nans(ActorInfo)), learner
+        index % args.policy_frequency == 0, actor_steps, no_actor_step, learner
     )
-    params, polyak = learner.params, functools.partial(polyak_update, tau=args.tau)
-    update_target = index % args.target_network_frequency == 0  # [SAC-8] every that many iterations
-    target = jax.lax.cond(update_target, polyak, lambda old, _: old, params.critic_target, params.critic)
+    # [SAC-8] Polyak averaging every target_network_frequency steps: tau * online + (1 - tau) * target
+    params = learner.params
+    polyak = lambda: optax.incremental_update(params.critic, params.critic_target, args.tau)
+    target = jax.lax.cond(index % args.target_network_frequency == 0, polyak, lambda: params.critic_target)
     return learner._replace(params=params._replace(critic_target=target)), critic_info, actor_info
 
 
-def iteration(sac: SAC, state: RunnerState, index: jax.Array) -> tuple[RunnerState, StepStats]:
-    """One SAC iteration: act in the N envs, store the step, and learn once learning_starts env
-    steps are done. index: [] int32, the iteration's number (not batched over seeds)."""
-    args, spec, num_envs = sac.args, sac.spec, sac.args.num_envs
+def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, StepStats]:
+    """One SAC step: act in the N envs, store the step, and learn once learning_starts env steps
+    are done. index: [] int32, the step's number (not batched over seeds)."""
+    args, spec, num_envs = setup.args, setup.spec, setup.args.num_envs
     key, policy_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
-    policy_action = sac.actor.apply(state.learner.params.actor, state.obs).sample(policy_key)  # [N, A]
-    # [SAC-2] uniformly random actions until learning_starts steps have been taken
+
+    # ACT: [SAC-2] uniformly random actions until learning_starts env steps have been taken
+    policy = setup.actor.apply(state.learner.params.actor, state.obs)
+    policy_action = policy.sample(seed=policy_key)  # [N, A]
     shape, low, high = (num_envs, spec.action_dim), spec.action_low, spec.action_high
     random_action = jax.random.uniform(random_key, shape, minval=low, maxval=high)  # [N, A]
     learning = index * num_envs >= args.learning_starts  # []
     action = jnp.where(learning, policy_action, random_action)
-    next_obs, env_state, reward, terminated, truncated, info = jax.vmap(  # [SAC-12] vectorised envs
-        spec.env.step, in_axes=(0, 0, 0, None)
-    )(jax.random.split(step_key, num_envs), state.env_state, action, spec.env_params)
-    # [SAC-7] the buffer gets the real next observation, before the auto-reset (see td_target)
-    final_obs = flatten_obs(info["final_observation"])
-    buffer = buffer_add(state.buffer, Transition(state.obs, action, reward, final_obs, terminated * 1.0))
+    out = step_envs(spec, jax.random.split(step_key, num_envs), state.env_state, action)  # [SAC-12] N envs
+
+    # STORE: [SAC-7] the real next observation, before the auto-reset (see td_target)
+    transition = Transition(state.obs, action, out.reward, out.final_obs, out.terminated * 1.0)
+    buffer = buffer_add(state.buffer, transition)
+
+    # LEARN
     no_learning = lambda same, *_: (same, nans(CriticInfo), nans(ActorInfo))
     learner, critic_info, actor_info = jax.lax.cond(
-        learning, functools.partial(learn, sac), no_learning, state.learner, buffer, learn_key, index
+        learning, functools.partial(learn, setup), no_learning, state.learner, buffer, learn_key, index
     )
-    done = jnp.logical_or(terminated, truncated)  # [N]
-    episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+    done = jnp.logical_or(out.terminated, out.truncated)  # [N]
+    episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
+    reset = lambda x: jnp.where(done, 0, x)  # [N]: an episode that ended starts again from 0
     state = RunnerState(
-        learner=learner,
-        env_state=env_state,
-        obs=flatten_obs(next_obs),
-        buffer=buffer,
-        episode_return=jnp.where(done, 0.0, episode_return),
-        episode_length=jnp.where(done, 0, episode_length),
-        key=key,
+        learner, out.state, out.obs, buffer, reset(episode_return), reset(episode_length), key
     )
     ended = (episode_return * done).sum(), (episode_length * done).sum(), done.sum()
     return state, StepStats(*ended, critic_info, actor_info)
 
 
-def block(sac: SAC, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """The K = iterations_per_block iterations between two logged points, and their Metrics.
-    index: [] int32, the block's number; the iterations' numbers derive from it, unbatched."""
-    per_block = sac.sizes.iterations_per_block
-    state, stats = jax.lax.scan(  # stats: [K]
-        functools.partial(iteration, sac), state, index * per_block + jnp.arange(per_block)
-    )
+def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
+    """One SAC iteration: the K = steps_per_iteration steps between two logged points, and their
+    Metrics. index: [] int32, the iteration's number; its steps' numbers derive from it, unbatched."""
+    per_iteration = setup.sizes.steps_per_iteration  # K
+    steps = index * per_iteration + jnp.arange(per_iteration)  # [K] the steps' numbers
+    state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats: [K]
     episodes = stats.episodes.sum()  # none: 0 / 0, NaN, as the means over steps not taken
     critic, actor = jax.tree.map(jnp.nanmean, (stats.critic, stats.actor))
     episode_means = stats.return_sum.sum() / episodes, stats.length_sum.sum() / episodes
@@ -519,19 +462,12 @@ def block(sac: SAC, state: RunnerState, index: jax.Array) -> tuple[RunnerState, 
 # --- Setting up: the sizes, the networks, the initial state ---------------------------
 
 
-class Sizes(NamedTuple):
-    """The sizes derived from Args, in this one place (never command-line flags)."""
-
-    num_iterations: int  # iterations of the run (each one step of the N envs): num_blocks * K
-    iterations_per_block: int  # K: one logged point every K * num_envs env steps
-    num_blocks: int  # the logged points (the run harness's units)
-    buffer_rows: int  # R = buffer_size // num_envs: the replay buffer's rows
-
-
-def build_sac(args: Args, spec: EnvSpec | None = None) -> SAC:
+def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     """Check SAC's flags (ArgsError: one line naming the flag), derive the sizes, build the parts.
-    spec: another env than --env-id's (the tests' probe envs)."""
-    spec = spec or make_env(args.env_id)
+    spec: another env than --env-id's (the tests' probe envs, through env_spec)."""
+    spec = make_env(args.env_id) if spec is None else spec
+    other = "use dqn_jax.py or ppo_jax_scan.py for Discrete actions"
+    require(not spec.discrete, f"--env-id {args.env_id}: SAC needs continuous (Box) actions; {other}")
     require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "hidden_size")
     require_positive(args, "policy_frequency", "target_network_frequency", "log_frequency")
     require(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1], got {args.gamma}")
@@ -539,107 +475,97 @@ def build_sac(args: Args, spec: EnvSpec | None = None) -> SAC:
     require(args.policy_lr > 0 and args.q_lr > 0, "--policy-lr and --q-lr must be positive")
     require(args.alpha >= 0 and args.learning_starts >= 0, "--alpha and --learning-starts must be >= 0")
     require(args.buffer_size >= args.num_envs, "--buffer-size must be at least --num-envs")
-    iterations = args.total_timesteps // args.num_envs
-    require(iterations > 0, "--total-timesteps must be at least --num-envs (one step of the envs)")
-    # A logged point every log_frequency env steps: a block of K iterations. The run is rounded
-    # down to whole blocks (losing less than a block), never K to the run: K stays the size
-    # asked for whatever the budget (a prime number of iterations has no divisor but 1).
-    per_block = min(max(1, args.log_frequency // args.num_envs), iterations)
-    num_blocks = iterations // per_block
-    sizes = Sizes(num_blocks * per_block, per_block, num_blocks, args.buffer_size // args.num_envs)
-    last = (sizes.num_iterations - 1) * args.num_envs  # the env step the last iteration starts at
-    require(
-        args.learning_starts <= last,
-        f"--learning-starts {args.learning_starts} leaves no gradient step (the last starts at step {last})",
-    )
+    steps = args.total_timesteps // args.num_envs
+    require(steps > 0, "--total-timesteps must be at least --num-envs (one step of the envs)")
+    # A logged point every log_frequency env steps: an iteration of K steps. The run is rounded down to
+    # whole iterations, never K to the run (a prime number of steps has no divisor but 1).
+    per_iteration = min(max(1, args.log_frequency // args.num_envs), steps)
+    num_iterations = steps // per_iteration
+    rows = args.buffer_size // args.num_envs
+    sizes = Sizes(num_iterations * per_iteration, per_iteration, num_iterations, rows)
+    last = (sizes.total_steps - 1) * args.num_envs  # the env step the last step starts at
+    no_step = f"leaves no gradient step (the last starts at step {last})"
+    require(args.learning_starts <= last, f"--learning-starts {args.learning_starts} {no_step}")
     # [SAC-11] Adam for each part: policy_lr for the actor, q_lr for the critics and for alpha
     actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
-    return SAC(args, sizes, spec, actor, critic, optax.adam(args.policy_lr), optax.adam(args.q_lr))
+    return Setup(args, sizes, spec, actor, critic, optax.adam(args.policy_lr), optax.adam(args.q_lr))
 
 
-def init_state(sac: SAC, key: jax.Array) -> RunnerState:
-    """The state of one seed before the first iteration."""
-    args, spec, num_envs = sac.args, sac.spec, sac.args.num_envs
+def init_state(setup: Setup, key: jax.Array) -> RunnerState:
+    """The state of one seed before the first step."""
+    args, spec, num_envs = setup.args, setup.spec, setup.args.num_envs
     key, actor_key, critic_key, reset_key = jax.random.split(key, 4)
-    dummy_obs, dummy_action = jnp.zeros((1, spec.obs_dim)), jnp.zeros((1, spec.action_dim))
-    critic = jax.vmap(sac.critic.init, in_axes=(0, None, None))(  # [SAC-6] two critics, [2, ...]
-        jax.random.split(critic_key), dummy_obs, dummy_action
-    )
+    obs_dim = math.prod(spec.obs_shape)
+    dummy_obs, dummy_action = jnp.zeros((1, obs_dim)), jnp.zeros((1, spec.action_dim))
+    critic_keys = jax.random.split(critic_key)  # [SAC-6] two critics, their parameters stacked: [2, ...]
+    critic = jax.vmap(setup.critic.init, in_axes=(0, None, None))(critic_keys, dummy_obs, dummy_action)
     # [SAC-10] alpha = exp(log_alpha) starts at 1 with --autotune (as CleanRL), at --alpha without;
     # --alpha 0 is stored as float32's smallest normal number, whose log is finite
     alpha = 1.0 if args.autotune else max(args.alpha, float(np.finfo(np.float32).tiny))
-    params = SACParams(sac.actor.init(actor_key, dummy_obs), critic, critic, jnp.log(jnp.float32(alpha)))
-    q_init = sac.q_optimizer.init
-    learner = Learner(
-        params, sac.actor_optimizer.init(params.actor), q_init(critic), q_init(params.log_alpha)
-    )
-    obs, env_state = jax.vmap(spec.env.reset, in_axes=(0, None))(
-        jax.random.split(reset_key, num_envs), spec.env_params
-    )
-    return RunnerState(
-        learner=learner,
-        env_state=env_state,
-        obs=flatten_obs(obs),  # [N, obs_dim]
-        buffer=buffer_init(sac.sizes.buffer_rows, num_envs, spec.obs_dim, spec.action_dim),
-        episode_return=jnp.zeros(num_envs),
-        episode_length=jnp.zeros(num_envs, jnp.int32),
-        key=key,
-    )
+    params = SACParams(setup.actor.init(actor_key, dummy_obs), critic, critic, jnp.log(jnp.float32(alpha)))
+    actor_opt, q_init = setup.actor_optimizer.init(params.actor), setup.q_optimizer.init
+    learner = Learner(params, actor_opt, q_init(critic), q_init(params.log_alpha))
+    obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
+    buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
+    zeros = jnp.zeros(num_envs)  # the running episodes' returns and lengths
+    return RunnerState(learner, env_state, obs, buffer, zeros, zeros.astype(jnp.int32), key)
 
 
 def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
     """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
-    sac = build_sac(args, spec)
+    setup = build_setup(args, spec)
 
     def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
-        indices = jnp.arange(sac.sizes.num_blocks)  # the blocks' numbers
-        return jax.lax.scan(functools.partial(block, sac), init_state(sac, key), indices)
+        indices = jnp.arange(setup.sizes.num_iterations)  # the iterations' numbers
+        return jax.lax.scan(functools.partial(iteration, setup), init_state(setup, key), indices)
 
     return train
 
 
-# ===== 7. The evaluation policy, and SAC as the run harness sees it ==================
+# ===== 6. The evaluation policy, and SAC as the run harness sees it ==================
 
 
-def greedy_action(sac: SAC, params: SACParams, obs: jax.Array) -> jax.Array:
-    """[SAC-13] the evaluation policy: scale * tanh(mean) + bias. obs [E, *obs_shape] -> [E, A]."""
-    policy = sac.actor.apply(params.actor, flatten_obs(obs))
-    return policy.squash(policy.mean)
+def greedy_action(setup: Setup, params: SACParams, obs: jax.Array) -> jax.Array:
+    """[SAC-13] the evaluation policy, scale * tanh(mean) + bias: obs [E, obs_dim] -> actions [E, A]."""
+    policy = setup.actor.apply(params.actor, obs)
+    return policy.bijector.forward(policy.distribution.mode())
 
 
 def make_algorithm(args: Args) -> Algorithm:
     """SAC for the run harness (its fields are explained there); ArgsError for a bad flag."""
-    sac = build_sac(args)
+    setup = build_setup(args)
     return Algorithm(
         name="SAC",
-        sizes=sac.sizes,
-        env=sac.spec.env,
-        env_params=sac.spec.env_params,
-        num_units=sac.sizes.num_blocks,  # one unit, one logged point: a block of iterations
-        steps_per_unit=sac.sizes.iterations_per_block * args.num_envs,
-        init=functools.partial(init_state, sac),
-        run_unit=functools.partial(block, sac),
+        sizes=setup.sizes,
+        env=setup.spec,
+        num_iterations=setup.sizes.num_iterations,
+        env_steps_per_iteration=setup.sizes.steps_per_iteration * args.num_envs,
+        init=functools.partial(init_state, setup),
+        iteration=functools.partial(iteration, setup),
         metric_tags=METRIC_TAGS,
         model=lambda state: state.learner.params,  # SACParams: actor, critics, target critics, log_alpha
-        act=functools.partial(greedy_action, sac),
+        act=functools.partial(greedy_action, setup),
     )
 
 
 # ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
-# It drives the Algorithm above through its fields alone. All seeds train in one program, their
-# axis sharded over the devices, in compiled chunks; between two chunks it logs and checkpoints.
+# The loop's words, the same in every script: a step is one env step of every env; an iteration
+# is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
+# steps with their gradient steps); a chunk is several iterations compiled as one program, after
+# which the driver logs and checkpoints. Its speed tricks are measured in docs/benchmarks.md.
 
 import atexit
 import contextlib
 import gc
 import importlib
-import importlib.util
+import io
 import json
 import os
 import signal
 import sys
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
@@ -650,22 +576,153 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tensorboardX import SummaryWriter
-from tensorboardX.proto.summary_pb2 import Summary
+
+# --- Environments: gymnax's API for every env, Brax's included -------------------------
+
+
+class EnvSpec(NamedTuple):
+    """An environment, and what the networks need to know of it."""
+
+    env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
+    params: Any  # its EnvParams (max_steps_in_episode: the time limit)
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    discrete: bool
+    action_dim: int  # K discrete actions, or A dimensions of a Box
+    action_low: np.ndarray  # [A] (empty for discrete actions)
+    action_high: np.ndarray  # [A]
+
+
+def make_env(env_id: str) -> EnvSpec:
+    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
+    if env_id.startswith("brax/"):
+        return env_spec(*brax_env(env_id.removeprefix("brax/")))
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known = gymnax.registered_envs
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
+    return env_spec(*gymnax.make(env_id))
+
+
+def env_spec(env: Any, params: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params."""
+    from gymnax.environments import spaces
+
+    space = env.action_space(params)
+    discrete = isinstance(space, spaces.Discrete)
+    action_dim = int(space.n) if discrete else math.prod(space.shape)
+    box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
+    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
+
+
+def brax_env(name: str) -> tuple[Any, Any]:
+    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
+    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    into done and reset to a cached start, overwriting the final observation."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
+            from brax import envs
+    except ImportError:
+        raise ArgsError(
+            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
+        ) from None
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        sys = raw.sys  # the physical system, for Brax's viewer
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+        def action_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-1.0, 1.0, (raw.action_size,))
+
+        def observation_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
+
+
+class EnvStep(NamedTuple):
+    """N envs' step, as gymnax's env.step returns it (final_obs: its info["final_observation"])."""
+
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # gymnax EnvState [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached, before the auto-reset
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], EnvState [N]."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
+    fresh episode where its episode ended."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class Conv3x3(nn.Module):
+    """nn.Conv(features, (3, 3), padding="VALID") computed as a dense layer over each pixel's 3x3
+    patch (im2col), its kernel [9C, features]: several times faster on XLA CPU."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
+
+
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
+
+
+# --- The Algorithm, the flags, JAX's start ------------------------------------------------
 
 
 class Algorithm(NamedTuple):
-    """What the harness needs from a script (its make_algorithm builds one). A unit is the
-    algorithm's step between two logged points (PPO: an iteration); a chunk runs several."""
+    """One script's algorithm, as its make_algorithm gives it to the harness."""
 
     name: str
     sizes: NamedTuple  # the derived sizes, written to args.json
-    env: Any  # the gymnax environment and its params: evaluation episodes, video
-    env_params: Any
-    num_units: int
-    steps_per_unit: int  # env steps of one unit, per seed
+    env: EnvSpec  # for the evaluation episodes and the video
+    num_iterations: int
+    env_steps_per_iteration: int  # env steps of one iteration, per seed
     init: Callable[[jax.Array], Any]  # key -> the state of one seed
-    run_unit: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, unit index []) -> (state, metrics)
-    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (float metrics; episodic_return too)
+    iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
     model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
     act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
@@ -693,39 +750,24 @@ def require(condition: bool, message: str) -> None:
 
 
 def require_positive(args: Args, *names: str) -> None:
-    for name in names:
-        value = getattr(args, name)
+    for name, value in ((name, getattr(args, name)) for name in names):
         require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
 class Deferred(types.ModuleType):
-    """Stands in sys.modules for a module not imported yet, and imports it when one of its
-    attributes is first read. (importlib's LazyLoader loads at the next import statement.)"""
+    """Stands in sys.modules for a module, and imports it when one of its attributes is first read."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(import_module(self.__name__), name)
-
-
-def import_module(name: str) -> types.ModuleType:
-    """importlib.import_module, which also loads a module that defer_imports put off."""
-    if isinstance(sys.modules.get(name), Deferred):
-        sys.modules.pop(name, None)
-    return importlib.import_module(name)
-
-
-def defer_imports(*names: str) -> None:
-    for name in names:
-        spec = None if name in sys.modules else importlib.util.find_spec(name)
-        if spec is not None:
-            sys.modules[name] = Deferred(name)
-            sys.modules[name].__spec__ = spec
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
 
 
 def start_jax(args: Args) -> None:
     """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
-    # gymnax imports matplotlib.pyplot and seaborn (with scipy) for renderers of envs it never
-    # draws here: ~2 s of every start. They load when first used (the plot), if ever.
-    defer_imports("matplotlib.pyplot", "seaborn")
+    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
     if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
@@ -735,7 +777,30 @@ def start_jax(args: Args) -> None:
             jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
 
 
-# --- Run directories ------------------------------------------------------------------
+# --- Several processes (ppo_multigpu --distributed): with one process these are trivial ----
+
+
+def is_main_process() -> bool:  # process 0 alone writes the run directories
+    return jax.process_index() == 0
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def agreed(value: int, over_processes: Callable | None = None) -> int:
+    """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
+    if jax.process_count() == 1:
+        return value
+    if over_processes is None:
+        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+    return int(over_processes(multihost_utils.process_allgather(np.int32(value))))
+
+
+# --- Run directories and checkpoints ---------------------------------------------------------
 
 
 class Run(NamedTuple):
@@ -745,16 +810,16 @@ class Run(NamedTuple):
     algo: Algorithm
     seeds: list[int]
     dirs: list[Path]  # one run directory per seed
-    units_per_chunk: int
+    iterations_per_chunk: int
     num_chunks: int  # every chunk has work; only the last may be partly masked
     mesh: Mesh  # its axis "seeds" splits the seeds over the devices
     slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
 
 
-def plan_chunks(num_units: int, num_chunks: int) -> tuple[int, int]:
-    """(units per chunk, number of chunks): at most num_chunks chunks, every one with work."""
-    units_per_chunk = math.ceil(num_units / min(num_chunks, num_units))
-    return units_per_chunk, math.ceil(num_units / units_per_chunk)
+def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    per_chunk = math.ceil(num_iterations / min(num_chunks, num_iterations))
+    return per_chunk, math.ceil(num_iterations / per_chunk)
 
 
 def args_from_json(path: Path) -> Args:
@@ -770,13 +835,13 @@ def resume_args(given: Args) -> Args:
     require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
     args, defaults = args_from_json(record), Args()
     for name in (f.name for f in fields(Args)):
-        value, before = getattr(given, name), getattr(args, name)
-        if name in RESUME_MAY_CHANGE and value != getattr(defaults, name):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
             setattr(args, name, value)
         conflict = (
             f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
         )
-        require(value in (getattr(defaults, name), before) or name in RESUME_MAY_CHANGE, conflict)
+        require(value in (default, before) or name in RESUME_MAY_CHANGE, conflict)
     return args
 
 
@@ -786,8 +851,12 @@ def open_run(args: Args) -> Run:
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
     if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar is drawn here
-        renderable = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar")
-        require(renderable, f"--capture-video renders classic-control and MinAtar envs, not {args.env_id}")
+        renderable = (
+            args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        )
+        require(
+            renderable, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}"
+        )
         needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
         require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
@@ -797,15 +866,14 @@ def open_run(args: Args) -> Run:
             wandb.login(verify=False)  # offline and disabled modes need no key
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
-    algo = make_algorithm(args)
+    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
     mesh = algo.mesh
     if mesh is None:  # the fewest devices that spread the seeds most evenly
         per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
         devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
         mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
     slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
-    seeds = list(range(args.seed, args.seed + args.num_seeds))
-    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_units, args.num_chunks), mesh, slots)
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, args.num_chunks), mesh, slots)
     if args.resume is not None:  # found through args.json, whatever the directories are called now
         record = json.loads((Path(args.resume) / "args.json").read_text())
         dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
@@ -813,12 +881,10 @@ def open_run(args: Args) -> Run:
         missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
         require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
         return run._replace(dirs=dirs)
-    stamp = int(time.time())
-    if jax.process_count() > 1:  # every process names the directories with process 0's time
-        stamp = int(multihost_utils.broadcast_one_to_all(np.int32(stamp)))
-    names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    stamp = agreed(int(time.time()))
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     for seed, name in zip(seeds, names, strict=True):
-        if jax.process_index() == 0:  # in a multi-process run, process 0 writes
+        if is_main_process():
             (Path(args.output_dir) / name).mkdir(parents=True)
             record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
             record["sizes"] = algo.sizes._asdict()
@@ -826,35 +892,32 @@ def open_run(args: Args) -> Run:
     return run._replace(dirs=[Path(args.output_dir) / name for name in names])
 
 
-# --- Checkpoints and the state on the devices -----------------------------------------
-
-
-def save_checkpoint(run_dir: Path, units_done: int, global_step: int, state_of_seed: Any) -> None:
+def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
     """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
     place); then all but the two newest are deleted. A crash always leaves one that reads."""
     path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
     path.parent.mkdir(exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(flax.serialization.to_bytes({"units_done": units_done, "state": state_of_seed}))
-    os.replace(temporary, path)
+    record = {"iterations": iterations_done, "state": state_of_seed}
+    path.with_name(path.name + ".tmp").write_bytes(flax.serialization.to_bytes(record))
+    os.replace(path.with_name(path.name + ".tmp"), path)
     for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
         old.unlink()
 
 
 def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
-    """(units done, the state of one seed); ValueError when the file does not read as one."""
+    """(iterations done, the state of one seed); ValueError when the file does not read as one."""
     try:
         saved = flax.serialization.msgpack_restore(path.read_bytes())
-        restored = flax.serialization.from_state_dict({"units_done": 0, "state": template}, saved)
+        restored = flax.serialization.from_state_dict({"iterations": 0, "state": template}, saved)
     except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
         raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
         raise ValueError(f"{path}: its arrays do not fit this run's state")
-    return int(restored["units_done"]), restored["state"]
+    return int(restored["iterations"]), restored["state"]
 
 
 def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
-    """(units done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
     if run.args.resume is None:
         return 0, None
     template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
@@ -870,23 +933,7 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
     raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
 
 
-def pad_seeds(tree: Any, slots: int) -> Any:
-    """[S, ...] -> [slots, ...]: the extra slots repeat the seeds; their results are discarded."""
-    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
-
-
-def to_host(tree: Any) -> Any:
-    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
-    if jax.process_count() > 1:
-        return multihost_utils.process_allgather(tree, tiled=True)
-    return jax.device_get(tree)
-
-
-def seed_slice(tree: Any, i: int) -> Any:
-    return jax.tree.map(lambda x: x[i], tree)
-
-
-# --- The compiled programs: init, one chunk, the final evaluation ----------------------
+# --- The compiled programs: init, one chunk, the evaluation --------------------------------
 
 
 def seeds_program(
@@ -898,12 +945,19 @@ def seeds_program(
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
-RUNS_ONCE = 0  # init, evaluate: they compile in about half the time at level 0, and still run in ms
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
 
 
-def seed_keys(run: Run) -> np.ndarray:
-    """[slots, 2]: each seed's key, jax.random.PRNGKey(seed) (the padding slots repeat them)."""
+def pad_seeds(tree: Any, slots: int) -> Any:  # [S, ...] -> [slots, ...], repeating the seeds
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def seed_keys(run: Run) -> np.ndarray:  # [slots, 2]: each seed's jax.random.PRNGKey(seed)
     return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+
+
+def seed_slice(tree: Any, i: int) -> Any:  # leaves [S, ...] -> seed i's
+    return jax.tree.map(lambda x: x[i], tree)
 
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
@@ -920,53 +974,43 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
 
 
-def run_chunk(algo: Algorithm, units_per_chunk: int, state: Any, first_unit: jax.Array) -> tuple[Any, Any]:
-    """units_per_chunk units of one seed; those past the end (last chunk) are skipped, their
-    metrics NaN. first_unit is not batched over seeds, so the skip stays a real branch."""
-    _, metrics = jax.eval_shape(algo.run_unit, state, first_unit)
-
-    def skip(s: Any, unit: jax.Array) -> tuple[Any, Any]:
-        return s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics)
-
-    def maybe_run(s: Any, unit: jax.Array) -> tuple[Any, Any]:
-        return jax.lax.cond(unit < algo.num_units, algo.run_unit, skip, s, unit)
-
-    return jax.lax.scan(maybe_run, state, first_unit + jnp.arange(units_per_chunk))
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
+    """per_chunk iterations of one seed from iteration `first`; those past the end (last chunk) are
+    skipped, their metrics NaN. first is not batched over seeds, so the skip stays a real branch."""
+    metrics = jax.eval_shape(algo.iteration, state, first)[1]
+    skip = lambda s, index: (s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, algo.iteration, skip, s, index)
+    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
 
 
 def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
     """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
-    The state is not donated: on XLA CPU that made the chunks slower (docs/benchmarks.md)."""
+    The state is not donated: on XLA CPU that made the chunks slower."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
-    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.units_per_chunk)
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
     jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
-    seconds, steps = time.perf_counter() - start, run.units_per_chunk * run.algo.steps_per_unit
-    where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
-    if jax.process_index() == 0:
+    seconds, steps = time.perf_counter() - start, run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    if is_main_process():
+        where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
         print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
     return compiled
 
 
 def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
-    """(state, keys [slots, 2]) -> every seed's final deterministic evaluation, leaves [slots, ...]."""
-    algo = run.algo
-
-    def evaluate(state_of_seed: Any, key: jax.Array) -> EvalResult:
-        return evaluate_episodes(algo, run.args.eval_episodes, algo.model(state_of_seed), key)
-
+    """(state, keys [slots, 2]) -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    evaluate = lambda s, key: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
     return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
 
 
-# --- The driver: chunks, and the outputs written between them -------------------------
+# --- The driver: chunks, and the outputs written between them ------------------------------
 
 
 @contextlib.contextmanager
 def stop_signals_caught() -> Iterator[list[int]]:
-    """Inside, Ctrl-C and SIGTERM are remembered, not raised: the driver finishes the chunk in
-    flight, checkpoints and exits. Yields the list of the signals received."""
+    """Inside, Ctrl-C and SIGTERM are remembered (in the list it yields), not raised."""
     received: list[int] = []
 
     def remember(signum: int, _frame: Any) -> None:
@@ -981,66 +1025,58 @@ def stop_signals_caught() -> Iterator[list[int]]:
             signal.signal(s, handler)
 
 
-def train_chunks(run: Run, chunk: Callable, state: Any, units_done: int, stop: list[int]) -> tuple[Any, list]:
-    """The remaining chunks. While one runs, the driver writes out the one before: the
-    non-finite check, the logs, the checkpoints, a progress line, and a clean exit if a stop
-    signal came (then the chunk in flight is dropped: a resume runs it again)."""
-    algo, steps_per_unit, main_process = run.algo, run.algo.steps_per_unit, jax.process_index() == 0
-    loggers = [RunLogger(d, run.args, units_done * steps_per_unit) for d in run.dirs] if main_process else []
-    start, steps_at_start = time.perf_counter(), units_done * steps_per_unit
-    first_chunk, ready = units_done // run.units_per_chunk, start
-    in_flight = chunk(state, np.int32(first_chunk * run.units_per_chunk))
-    for index in range(first_chunk, run.num_chunks):
+def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[int]) -> tuple[Any, list]:
+    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
+    returns), the driver writes out the one before: the non-finite check, the logs, the
+    checkpoints, a progress line, and a clean exit if a stop signal came (the chunk in flight is
+    then dropped: a resume runs it again)."""
+    algo, per_chunk, per_iteration = run.algo, run.iterations_per_chunk, run.algo.env_steps_per_iteration
+    steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
+    loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
+    for index in range(done // per_chunk, run.num_chunks):
         state, metrics = in_flight
-        first = index * run.units_per_chunk
-        if index + 1 < run.num_chunks:  # JAX dispatches asynchronously: this returns at once
-            in_flight = chunk(state, np.int32(first + run.units_per_chunk))
-        num_valid = min(run.units_per_chunk, algo.num_units - first)
-        # [S, U]: the real seeds (not the padding), the units that ran
+        first = index * per_chunk
+        if index + 1 < run.num_chunks:
+            in_flight = chunk(state, np.int32(first + per_chunk))
+        num_valid = min(per_chunk, algo.num_iterations - first)
+        # [S, I]: the real seeds (not the padding), the iterations that ran
         metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
-        sps = num_valid * steps_per_unit / (time.perf_counter() - ready)  # per seed
-        ready = time.perf_counter()
-        host_state, step = to_host(state), (first + num_valid) * steps_per_unit
+        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+        host_state, step = to_host(state), (first + num_valid) * per_iteration
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
-            where = f"between steps {first * steps_per_unit:,} and {step:,}"
+            where = f"between steps {first * per_iteration:,} and {step:,}"
             kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
             sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
         for i, logger in enumerate(loggers):
-            columns = {
-                tag: getattr(metrics, name)[i].astype(float).tolist()
-                for name, tag in algo.metric_tags.items()
-            }
-            for u in range(num_valid):
-                values = {tag: column[u] for tag, column in columns.items()}  # Python floats
-                rate = {"charts/SPS": sps} if u == num_valid - 1 else {}  # once per chunk
-                logger.log((first + u + 1) * steps_per_unit, values | rate)
+            for j in range(num_valid):
+                values = {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
+                rate = {"charts/SPS": sps} if j == num_valid - 1 else {}  # once per chunk
+                logger.log((first + j + 1) * per_iteration, values | rate)
             logger.flush()
             save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
-        elapsed, total = time.perf_counter() - start, algo.num_units * steps_per_unit
-        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, U/4]: the chunk's last quarter
-        latest = np.nanmean(recent) if np.isfinite(recent).any() else float("nan")
-        if main_process:
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
+        latest, elapsed = (
+            np.nanmean(recent) if np.isfinite(recent).any() else np.nan,
+            time.perf_counter() - start,
+        )
+        if is_main_process():
             bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
             line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
             print(f"{line} | {elapsed:6.1f}s", flush=True)
-        stopping = bool(stop)
-        if jax.process_count() > 1:  # a signal to any process stops all of them together
-            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
-        if stopping and index < run.num_chunks - 1:
+        if agreed(len(stop), max) and index < run.num_chunks - 1:  # a signal to any process stops all
             for logger in loggers:
                 logger.close()
-            if main_process:
+            if is_main_process():
                 command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
                 print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
-    if main_process:
-        steps, seconds = algo.num_units * steps_per_unit - steps_at_start, time.perf_counter() - start
+    if is_main_process():
+        steps, seconds = total - steps_at_start, time.perf_counter() - start
         rate = f"{steps / seconds:,.0f} SPS per seed"
         print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
     return state, loggers
-
-
-# --- Logging --------------------------------------------------------------------------
 
 
 class RunLogger:
@@ -1059,28 +1095,22 @@ class RunLogger:
             import wandb
 
             record = json.loads((run_dir / "args.json").read_text())
-            self.wandb_run = wandb.init(
-                project=args.wandb_project_name,
-                entity=args.wandb_entity,
-                name=record["run_name"],
-                id=record["run_name"],
-                resume="allow",
-                dir=str(run_dir),
-                config=record,
-                reinit="create_new",
-            )
+            names = {
+                "project": args.wandb_project_name,
+                "entity": args.wandb_entity,
+                "name": record["run_name"],
+            }
+            resume = {"id": record["run_name"], "resume": "allow", "reinit": "create_new"}
+            self.wandb_run = wandb.init(**names, **resume, dir=str(run_dir), config=record)
 
     def log(self, global_step: int, values: dict[str, float]) -> None:
         values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
-        if not values:
-            return
-        # One event holds the step's values: add_scalar's event per value costs ~10x more
-        # (docs/benchmarks.md), a second per 1,000 logged points of PPO.
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=v) for tag, v in values.items()])
-        self.writer.file_writer.add_summary(summary, global_step)
-        self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
-        if self.wandb_run is not None:
-            self.wandb_run.log({**values, "global_step": global_step})
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step)
+        if values:
+            self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
+            if self.wandb_run is not None:
+                self.wandb_run.log({**values, "global_step": global_step})
 
     def flush(self) -> None:
         self.writer.flush()
@@ -1093,7 +1123,7 @@ class RunLogger:
             self.wandb_run.finish()
 
 
-# --- Evaluation and the outputs of a finished run -------------------------------------
+# --- Evaluation and the outputs of a finished run ------------------------------------------
 
 
 class EvalResult(NamedTuple):
@@ -1113,36 +1143,26 @@ class EvalCarry(NamedTuple):
 
 def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
     """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
-    env, env_params = algo.env, algo.env_params
-    reset_key, key = jax.random.split(key)
-    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
-        jax.random.split(reset_key, num_episodes), env_params
-    )
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
     zeros = jnp.zeros(num_episodes)
     carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key)
 
-    def step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+    def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
         key, step_key = jax.random.split(c.key)
-        obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs), env_params
-        )
-        running = c.running & ~(terminated | truncated)
-        carry = EvalCarry(env_state, obs, c.returns + reward * c.running, c.lengths + c.running, running, key)
-        return carry, jax.tree.map(lambda x: x[0], c.env_state)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs))
+        running = c.running & ~(out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        return EvalCarry(out.state, out.obs, returns, lengths, running, key), seed_slice(c.env_state, 0)
 
-    carry, first_episode = jax.lax.scan(step, carry, None, env_params.max_steps_in_episode)
+    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
     return EvalResult(carry.returns, carry.lengths, first_episode)
 
 
 def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
-    returns = np.asarray(returns, np.float64)
-    return {
-        "returns": returns.tolist(),
-        "lengths": np.asarray(lengths).tolist(),
-        "mean": float(returns.mean()),
-        "std": float(returns.std()),
-        "episodes": len(returns),
-    }
+    returns, summary = np.asarray(returns, np.float64), {"lengths": np.asarray(lengths).tolist()}
+    stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
+    return {"returns": returns.tolist(), **summary, **stats}
 
 
 def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
@@ -1153,9 +1173,8 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
     result = to_host(evaluate(state, keys))
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
     for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
-        summary = eval_summary(result.returns[i], result.lengths[i]) | {
-            "global_step": algo.num_units * algo.steps_per_unit
-        }
+        summary = eval_summary(result.returns[i], result.lengths[i])
+        summary["global_step"] = algo.num_iterations * algo.env_steps_per_iteration
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
         logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
         logger.close()
@@ -1165,10 +1184,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
                 flax.serialization.to_bytes(seed_slice(models, i))
             )
         if args.capture_video:
-            frames = render_frames(
-                algo, args.env_id, seed_slice(result.first_episode, i), summary["lengths"][0]
-            )
-            write_gif(run_dir / "videos" / "eval.gif", frames)
+            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
         mean, std = summary["mean"], summary["std"]
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
@@ -1186,6 +1202,15 @@ def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0)
     return eval_summary(result.returns, result.lengths)
 
 
+def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_returns(run_dir: Path, title: str) -> None:
     """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
     plt = import_pyplot()
@@ -1200,14 +1225,6 @@ def plot_returns(run_dir: Path, title: str) -> None:
     plt.close(fig)
 
 
-def import_pyplot() -> types.ModuleType:
-    """matplotlib.pyplot, drawing to files (Agg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    return import_module("matplotlib.pyplot")
-
-
 def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
     """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
     grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
@@ -1218,7 +1235,7 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
         palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
             np.uint8
         )
-        grids = [np.asarray(algo.env.get_obs(state, algo.env_params)) for state in states]  # [10, 10, C] 0/1
+        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -1228,7 +1245,7 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
 
     gym_env = gymnasium.make(env_id, render_mode="rgb_array")
     gym_env.reset(seed=0)
-    set_gym_params(gym_env.unwrapped, env_id, algo.env_params)
+    set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
     frames = []
     for state in states:
         gym_env.unwrapped.state = get_gym_state(state, env_id)
@@ -1239,42 +1256,50 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
     return frames
 
 
+def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
+    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    folder.mkdir(parents=True, exist_ok=True)
+    length = summary["lengths"][0]
+    if env_id.startswith("brax/"):
+        from brax.io import html
+
+        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    else:
+        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
+
+
 def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
-    """One palette for the whole episode, from a sample of its frames: PIL's default, a palette
-    searched per frame, takes ~10x longer (seconds per video)."""
+    """One palette for the whole episode, from a sample of its frames (PIL's default searches one
+    per frame: seconds per video)."""
     from PIL import Image
 
     sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
-    path.parent.mkdir(parents=True, exist_ok=True)
     images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
 
 
 def main() -> None:
     """Train every seed in compiled chunks, then evaluate each and write its outputs."""
-    # Python's garbage collector scans the objects it tracks: the ~300,000 that the imports
-    # made, again and again while JAX traces, and at exit (~0.5 s, docs/benchmarks.md). They
-    # live until the exit: keep them out of its scans, and at exit everything left.
-    gc.freeze()
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     args = tyro.cli(Args)
     start_jax(args)
     try:  # every bad input is reported here, in one line, before anything compiles
         run = open_run(resume_args(args))
-        units_done, restored = restore_checkpoints(run)
+        done, restored = restore_checkpoints(run)
     except ArgsError as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The pool: see below.
+    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The evaluation compiles, and pyplot
+    # imports, in a thread while the chunks run (XLA works outside Python's lock).
     with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
         state = initial_state(run, restored)
         chunk = compile_chunk(run, state)
-        # What only the outputs need gets ready in a thread while the chunks run (XLA
-        # compiles, and runs the chunks, outside Python's lock); leaving `with` waits for it.
         evaluate = pool.submit(compile_evaluate, run, state)
-        pool.submit(import_pyplot)  # ~0.5 s
-        state, loggers = train_chunks(run, chunk, state, units_done, stop)
+        pool.submit(import_pyplot)
+        state, loggers = train_chunks(run, chunk, state, done, stop)
     finish_run(run, state, loggers, evaluate.result())
 
 
