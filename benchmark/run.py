@@ -238,7 +238,7 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     """Run one entry, read it back, and judge it against its threshold."""
-    tag = f"{entry.name}__{entry.env}"
+    tag = f"{entry.name}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
     flags = [
         "--env-id",
         entry.env,
@@ -499,7 +499,7 @@ def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-        path = out / f"curves_{env}.png"
+        path = out / f"curves_{env.replace('/', '-')}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)

@@ -1,0 +1,556 @@
+"""What every vibe_rl script guarantees on the command line, tested once for all of them.
+
+Each script's run harness (below its banner) is the same text, so these tests are written
+once and parametrised over the scripts: bad input exits 2 with one line before compiling;
+a --resume that conflicts with the run is refused; a moved run directory resumes; a corrupt
+checkpoint falls back to the previous one, and none readable exits 2 naming the file; a
+non-finite stop keeps the checkpoints; a run writes its whole directory; a run stopped by
+Ctrl-C or SIGTERM and resumed ends bitwise equal to an uninterrupted one; seeds sharded over
+several devices train as on one; the chunk plan gives every chunk work. The runs are tiny (a
+few thousand steps): they check the contract, not learning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+from _helpers import (
+    ROOT,
+    check_gif,
+    exit_of_main,
+    interrupt_after_compiling,
+    load_script,
+    only_run_dir,
+    read_events,
+    read_jsonl,
+    run_script,
+    session_cache,
+    start_script,
+    tree_equal,
+)
+
+BANNER = "identical in every vibe_rl script"
+
+
+class Contract(NamedTuple):
+    """How to exercise one script."""
+
+    env_id: str  # the default environment
+    run: list[str]  # a short run that takes gradient steps, in many chunks (a signal lands mid-run)
+    non_finite: list[str]  # flags that make the loss or parameters non-finite
+    stop_signal: int  # the signal its resume test sends (SIGINT for some scripts, SIGTERM for the others)
+    bad_inputs: list[tuple[list[str], str]]  # its own bad flags -> the message's start
+    budgets: Any  # (total_timesteps, num_envs) -> Args overrides for the chunk-plan property
+    # how far a seed's final state may lie from the same seed's on another number of devices
+    device_atol: float = 1e-4
+
+
+def flags(**values: Any) -> list[str]:
+    return [part for name, value in values.items() for part in (f"--{name.replace('_', '-')}", str(value))]
+
+
+SCRIPTS = {
+    "ppo_jax_scan": Contract(
+        env_id="CartPole-v1",
+        run=flags(num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4),
+        non_finite=flags(learning_rate=1e38, max_grad_norm=1e38),
+        stop_signal=signal.SIGINT,
+        bad_inputs=[
+            (
+                flags(num_minibatches=3),
+                "--num-minibatches 3 must divide num_envs * num_steps = 4 * 128 = 512",
+            ),
+            (flags(update_epochs=-1), "--update-epochs must be a positive integer"),
+            (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
+            (flags(gamma=1.5), "--gamma and --gae-lambda must lie in [0, 1]"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
+    ),
+    "dqn_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            learning_starts=200,
+            train_frequency=4,
+            target_network_frequency=40,
+            buffer_size=500,
+            batch_size=32,
+            log_frequency=100,
+            total_timesteps=1200,
+            num_chunks=12,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1: DQN needs discrete actions, not Box; use vibe_rl/sac_jax.py",
+            ),
+            (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
+            (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
+            (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
+            (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
+            (
+                flags(num_envs=8, train_frequency=8, target_network_frequency=8, buffer_size=4),
+                "--buffer-size 4 is smaller than --num-envs 8",
+            ),
+        ],
+        budgets=lambda total, num_envs: dict(
+            total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
+        ),
+    ),
+    "c51_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            learning_starts=200,
+            train_frequency=4,
+            target_network_frequency=40,
+            buffer_size=500,
+            batch_size=32,
+            n_atoms=11,
+            v_min=-10,
+            v_max=10,
+            log_frequency=100,
+            total_timesteps=1200,
+            num_chunks=12,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1: C51 needs discrete actions, not Box; "
+                "use vibe_rl/sac_jax.py or vibe_rl/td3_jax.py",
+            ),
+            (flags(v_min=10, v_max=-10), "--v-min 10.0 must be below --v-max -10.0"),
+            (flags(n_atoms=1), "--n-atoms must be at least 2, got 1"),
+            (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
+            (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
+            (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
+        ],
+        budgets=lambda total, num_envs: dict(
+            total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
+        ),
+    ),
+    "sac_jax": Contract(
+        env_id="Pendulum-v1",
+        # short, and learning starts late (10 gradient steps): seeds sharded over 1 and 2
+        # devices start off within float rounding, and Pendulum's steps and SAC's gradient
+        # steps amplify it (see device_atol)
+        run=flags(
+            total_timesteps=600,
+            learning_starts=590,
+            batch_size=32,
+            hidden_size=32,
+            num_chunks=30,
+            eval_episodes=4,
+        ),
+        non_finite=flags(q_lr=1e38, learning_starts=200),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (flags(env_id="CartPole-v1"), "--env-id CartPole-v1: SAC needs continuous (Box) actions"),
+            (flags(policy_frequency=0), "--policy-frequency must be a positive integer, got 0"),
+            (flags(learning_starts=50000), "--learning-starts 50000 leaves no gradient step"),
+            (
+                flags(total_timesteps=1000, num_envs=4, learning_starts=997),
+                "--learning-starts 997 leaves no gradient",
+            ),
+            (flags(buffer_size=2, num_envs=4), "--buffer-size must be at least --num-envs"),
+            (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
+            (flags(q_lr=0), "--policy-lr and --q-lr must be positive"),
+            (flags(alpha=-0.1) + ["--no-autotune"], "--alpha and --learning-starts must be >= 0"),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, learning_starts=0),
+        # With the suite's compile flags (conftest.py), Pendulum's dynamics round differently
+        # with the number of seeds a device holds (3 vs 2 here), and its trajectories drift
+        # apart (2e-4 after 600 steps); a mixed-up seed differs by O(1).
+        device_atol=1e-3,
+    ),
+    "pqn_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            num_steps=8,
+            num_minibatches=2,
+            update_epochs=1,
+            total_timesteps=32 * 30,
+            num_chunks=30,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38, max_grad_norm=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1 has continuous actions; PQN needs discrete ones (use vibe_rl/sac_jax.py)",  # noqa: E501
+            ),
+            (
+                flags(num_minibatches=7),
+                "--num-minibatches 7 must divide num_envs * num_steps = 32 * 64 = 2048",
+            ),
+            (flags(update_epochs=0), "--update-epochs must be a positive integer, got 0"),
+            (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
+            (flags(q_lambda=1.5), "--gamma and --q-lambda must lie in [0, 1]"),
+            (flags(end_e=2.0), "--start-e, --end-e and --exploration-fraction must lie in [0, 1]"),
+            (flags(max_grad_norm=0.0), "--max-grad-norm must be positive, got 0.0"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
+    ),
+    "ppo_multigpu": Contract(
+        env_id="CartPole-v1",
+        run=flags(num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4),
+        non_finite=flags(learning_rate=1e38, max_grad_norm=1e38),
+        stop_signal=signal.SIGINT,
+        bad_inputs=[
+            (
+                flags(num_minibatches=3),
+                "--num-minibatches 3 must divide num_envs * num_steps = 4 * 128 = 512",
+            ),
+            (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
+            (flags(data_devices=-1), "--data-devices must be >= 0, got -1"),
+            (flags(data_devices=3), "--data-devices 3 must divide the device count"),
+            (flags(shuffle_group_envs=-1), "--shuffle-group-envs must be >= 0, got -1"),
+            (flags(shuffle_group_envs=3), "minibatches must divide per device"),
+            (
+                ["--distributed"],
+                "--distributed needs --coordinator-address, --num-processes and --process-id",
+            ),
+            (["--distributed"] + flags(num_processes=2), "--distributed with --num-processes also needs"),
+            (flags(process_id=1), "--process-id: only with --distributed"),
+            (
+                ["--distributed"] + flags(coordinator_address="host", num_processes=2, process_id=0),
+                "--coordinator-address 'host' must be host:port",
+            ),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
+    ),
+}
+
+
+@pytest.fixture(params=list(SCRIPTS))
+def script(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def banner_and_harness(name: str) -> tuple[int, list[str]]:
+    lines = (ROOT / "vibe_rl" / f"{name}.py").read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if BANNER in line)
+    return index + 1, lines[index:]
+
+
+# --- the text ---------------------------------------------------------------------------
+
+
+def test_every_script_has_the_same_harness_below_one_banner():
+    scripts = sorted(p.stem for p in (ROOT / "vibe_rl").glob("*.py") if p.stem != "__init__")
+    assert set(SCRIPTS) <= set(scripts)
+    reference = banner_and_harness("ppo_jax_scan")[1]
+    for name in scripts:
+        text = (ROOT / "vibe_rl" / f"{name}.py").read_text()
+        assert text.count(BANNER) == 1, f"{name}: the banner must appear once"
+        harness = banner_and_harness(name)[1]
+        assert harness == reference, f"{name}: its harness differs from ppo_jax_scan.py's"
+        main = re.search(r"^def main\(\).*?(?=^\S)", "\n".join(harness) + "\nX", re.S | re.M).group(0)
+        assert len(main.rstrip().splitlines()) <= 40
+        numbers = [int(n) for n in re.findall(r"^# =+ (\d+)\. ", text, re.M)]
+        assert numbers == list(range(1, len(numbers) + 1)) and numbers, f"{name}: sections {numbers}"
+
+
+def test_help_shows_no_derived_size(script, capsys, monkeypatch):
+    module = load_script(script)
+    monkeypatch.setattr("sys.argv", [f"{script}.py", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        module.main()
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    sizes = module.make_algorithm(module.Args()).sizes._fields
+    shown = [name for name in sizes if f"--{name.replace('_', '-')} " in text]
+    assert not shown, f"--help offers derived sizes: {shown}"
+
+
+# --- bad input: one line, exit status 2, before anything compiles -----------------------
+
+COMMON_BAD_INPUTS = [
+    (flags(env_id="Nope-v0"), "--env-id 'Nope-v0' is not a gymnax environment; valid: "),
+    (flags(num_seeds=0), "--num-seeds must be a positive integer, got 0"),
+    (flags(num_chunks=0), "--num-chunks must be a positive integer, got 0"),
+    (flags(eval_episodes=-2), "--eval-episodes must be a positive integer, got -2"),
+    (flags(cpu_devices=-1), "--cpu-devices must be >= 0, got -1"),
+    (flags(resume="/nonexistent/run"), "--resume /nonexistent/run: not a run directory (no args.json)"),
+    (
+        flags(env_id="DeepSea-bsuite") + ["--capture-video"],
+        "--capture-video renders classic-control, MinAtar and Brax envs",
+    ),
+]
+BAD_INPUTS = [(name, f, m) for name, c in SCRIPTS.items() for f, m in COMMON_BAD_INPUTS + c.bad_inputs]
+
+
+@pytest.mark.parametrize(("name", "bad_flags", "message"), BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line(name, bad_flags, message, capsys, monkeypatch):
+    for variable in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "PMI_RANK"):  # --distributed detects these
+        monkeypatch.delenv(variable, raising=False)
+    code, err = exit_of_main(load_script(name), bad_flags, monkeypatch, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"{name}.py: error: {message}" in lines[0], err
+
+
+def test_bad_input_from_the_shell(script):
+    """As a user sees it: status 2, one line, no traceback, nothing written."""
+    result = run_script(script, "--env-id", "Nope-v0", "--output-dir", "/nonexistent/never", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "is not a gymnax environment" in result.stderr
+
+
+def test_track_without_a_wandb_login_exits_2_before_compiling(script, tmp_path, capsys, monkeypatch):
+    """--track with no key (nor WANDB_MODE=offline) used to fail in wandb.init, after compiling."""
+    for variable in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_MODE_OFFLINE", "NETRC"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc holds a key
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
+    flags = ["--track", "--output-dir", str(tmp_path / "runs")]
+    code, err = exit_of_main(load_script(script), flags, monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1 and "--track: No API key configured" in err, err
+    assert not (tmp_path / "runs").exists()  # refused before any directory was made
+
+
+def fake_run(parent: Path, script: str, **saved: Any) -> Path:
+    """A run directory whose args.json holds `saved`: enough for the checks of --resume that
+    come before any checkpoint is read."""
+    module = load_script(script)
+    run_dir = parent / "a_run"
+    run_dir.mkdir(parents=True)
+    record = {**dataclasses.asdict(module.Args(**saved)), "run_seed": 1, "seed_dirs": ["a_run"]}
+    (run_dir / "args.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def test_resume_with_conflicting_flags_is_refused(script, tmp_path, capsys, monkeypatch):
+    run_dir = fake_run(tmp_path, script, total_timesteps=123_456)
+    bad = ["--resume", str(run_dir), "--total-timesteps", "7000"]
+    code, err = exit_of_main(load_script(script), bad, monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--total-timesteps 7000 conflicts with the run's 123456" in err
+
+
+def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(script, tmp_path, capsys, monkeypatch):
+    run_dir = fake_run(tmp_path, script)
+    module = load_script(script)
+    code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
+    assert code == 2 and "no checkpoint reads: there is none" in err and err.count("\n") == 1
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "step_000000000512.msgpack").write_bytes(b"\x81\xa5trunc")  # cut short
+    code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run_dir}/checkpoints/step_000000000512.msgpack: " in err
+
+
+# --- the chunk plan ---------------------------------------------------------------------
+
+
+def test_plan_chunks_gives_every_chunk_work():
+    module = load_script("ppo_jax_scan")
+    for num_iterations in range(1, 300):
+        for num_chunks in (1, 2, 3, 7, 10, 64, 500):
+            per_chunk, chunks = module.plan_chunks(num_iterations, num_chunks)
+            assert chunks <= num_chunks and (chunks - 1) * per_chunk < num_iterations <= chunks * per_chunk
+
+
+def test_each_budget_and_env_count_gives_whole_iterations_within_the_budget(script):
+    """The iterations the harness plans never exceed the budget, and lose less than one of them;
+    e.g. 16384 PPO steps (it ran two empty chunks) and 20480 DQN steps (it crashed)."""
+    module = load_script(script)
+    contract = SCRIPTS[script]
+    for total in (1024, 2048, 10240, 16384, 20480, 25000, 65536, 99991, 500_000):
+        for num_envs in (1, 2, 4, 8, 16):
+            try:
+                algo = module.make_algorithm(module.Args(**contract.budgets(total, num_envs)))
+            except module.ArgsError:
+                continue  # a combination the script refuses with one line, tested above
+            steps = algo.num_iterations * algo.env_steps_per_iteration
+            assert total - algo.env_steps_per_iteration < steps <= total, (total, num_envs, steps)
+            per_chunk, chunks = module.plan_chunks(algo.num_iterations, 10)
+            assert (chunks - 1) * per_chunk < algo.num_iterations <= chunks * per_chunk
+
+
+# --- real runs --------------------------------------------------------------------------
+
+
+def read_state(module: Any, run_dir: Path) -> tuple[int, Any]:
+    """The newest checkpoint of a run directory: (iterations done, state)."""
+    args = module.args_from_json(run_dir / "args.json")
+    template = module.jax.eval_shape(module.make_algorithm(args).init, module.jax.random.PRNGKey(0))
+    newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
+    return module.read_checkpoint(newest, template)
+
+
+def seed_dirs(output_dir: Path) -> list[Path]:
+    """The run directories of seeds 1, 2, 3 (their names end __{seed}__{time})."""
+    return sorted((p for p in output_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name.split("__")[-2]))
+
+
+def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_the_same(script, tmp_path):
+    """Three seeds sharded over 2 CPU devices (padded to 4 slots), with every output on:
+    TensorBoard, metrics.jsonl, the plot, eval.json, the checkpoints, the model (which
+    evaluate_saved_model reads back), the video and (ppo_jax_scan) the wandb mirror. Then the
+    same run stopped by Ctrl-C or SIGTERM: it finishes the chunk in flight, checkpoints and
+    exits 128 + the signal; its directories are moved, seed 1's is renamed, and --resume
+    continues it to the uninterrupted run's bits. The same seeds on 1 device end the same, to
+    float tolerance. Last, a corrupt newest checkpoint: the resume falls back to the one
+    before it."""
+    module, contract = load_script(script), SCRIPTS[script]
+    three_seeds = [*contract.run, "--num-seeds", "3", "--cpu-devices", "2"]
+    # The wandb mirror is harness code, the same text in every script, and wandb's offline
+    # service takes seconds per run: one script checks it.
+    track = ["--track"] if script == "ppo_jax_scan" else []
+    extra = ["--save-model", "--capture-video", *track, "--exp-name", "tiny"]
+    result = run_script(script, *three_seeds, *extra, "--output-dir", str(tmp_path / "a"))
+    assert result.returncode == 0, result.stderr
+    assert "3 seed(s) on 2 device(s)" in result.stdout
+    runs = seed_dirs(tmp_path / "a")
+    run_dir = runs[0]
+    assert [d.name.split("__")[:3] for d in runs] == [[contract.env_id, "tiny", s] for s in "123"]
+    record = json.loads((run_dir / "args.json").read_text())
+    algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
+    assert set(record["sizes"]) == set(algo.sizes._fields) and record["seed_dirs"] == [d.name for d in runs]
+    total = algo.num_iterations * algo.env_steps_per_iteration
+
+    points = read_jsonl(run_dir / "metrics.jsonl")
+    steps = [p["global_step"] for p in points]
+    assert steps == sorted(steps) and steps[0] > 0 and steps[-1] == total
+    tags = set(algo.metric_tags.values()) | {"charts/SPS", "eval/episodic_return"}
+    assert tags <= set(read_events(run_dir)) and tags <= {k for p in points for k in p}
+    losses = [v for p in points for k, v in p.items() if k.startswith("losses/")]
+    assert losses and all(math.isfinite(v) for v in losses)  # gradient steps were taken
+
+    for seed_dir in runs:
+        evaluation = json.loads((seed_dir / "eval.json").read_text())
+        assert evaluation["episodes"] == len(evaluation["returns"]) == 4
+        assert evaluation["global_step"] == total
+        checkpoints = sorted(p.name for p in (seed_dir / "checkpoints").iterdir())
+        assert checkpoints[-1] == f"step_{total:012d}.msgpack" and len(checkpoints) == 2, checkpoints
+        check_gif(seed_dir / "videos" / "eval.gif")
+    from PIL import Image
+
+    with Image.open(run_dir / "episodic_return.png") as image:
+        assert image.format == "PNG" and min(image.size) > 100
+    assert (run_dir / "wandb").is_dir() == bool(track)
+    reloaded = module.evaluate_saved_model(run_dir, episodes=3)
+    assert len(reloaded["returns"]) == 3 and math.isfinite(reloaded["mean"])
+    assert "eval return" in result.stdout
+    uninterrupted = [read_state(module, d) for d in runs]
+
+    process = start_script(script, *three_seeds, "--output-dir", str(tmp_path / "b"))
+    out = interrupt_after_compiling(process, contract.stop_signal)
+    assert "--resume" in out
+    interrupted = seed_dirs(tmp_path / "b")
+    assert not (interrupted[0] / "eval.json").exists()
+    iterations_done, _ = read_state(module, interrupted[0])
+    shutil.copytree(tmp_path / "b", tmp_path / "elsewhere")
+    shutil.rmtree(tmp_path / "b")
+    moved = tmp_path / "elsewhere" / "best_run"
+    (tmp_path / "elsewhere" / interrupted[0].name).rename(moved)
+    resumed = run_script(script, "--resume", str(moved))
+    assert resumed.returncode == 0, resumed.stderr
+    siblings = [moved] + [tmp_path / "elsewhere" / d.name for d in interrupted[1:]]
+    for (iterations_a, a), seed_dir in zip(uninterrupted, siblings, strict=True):
+        iterations_b, b = read_state(module, seed_dir)
+        assert iterations_a == iterations_b > iterations_done
+        assert tree_equal(a, b), f"{seed_dir.name}: the resumed run differs from the uninterrupted one"
+    resumed_points = read_jsonl(moved / "metrics.jsonl")
+    steps = [p["global_step"] for p in resumed_points if "charts/SPS" in p]
+    assert steps == sorted(set(steps)) and len(resumed_points) == len(points)  # logged once each
+
+    one_device = run_script(script, *contract.run, "--num-seeds", "3", "--cpu-devices", "1",
+                            "--output-dir", str(tmp_path / "c"))  # fmt: skip
+    assert one_device.returncode == 0, one_device.stderr
+    assert "3 seed(s) on 1 device(s)" in one_device.stdout
+    for (_, a), seed_dir in zip(uninterrupted, seed_dirs(tmp_path / "c"), strict=True):
+        b = read_state(module, seed_dir)[1]
+        for x, y in zip(module.jax.tree.leaves(a), module.jax.tree.leaves(b), strict=True):
+            x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+            np.testing.assert_allclose(x, y, rtol=1e-3, atol=contract.device_atol)
+
+    newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
+    newest.write_bytes(newest.read_bytes()[:100])
+    args = module.resume_args(module.Args(resume=str(moved)))
+    restored_iterations, _ = module.restore_checkpoints(module.open_run(args))
+    assert restored_iterations < uninterrupted[0][0]
+
+
+def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeypatch):
+    """train_chunks dispatches chunk k+1 before it checkpoints chunk k, so the logging and the
+    checkpoints overlap the training. The harness is the same in every script: one suffices."""
+    module, events = load_script("ppo_jax_scan"), []
+    compile_chunk, save_checkpoint = module.compile_chunk, module.save_checkpoint
+
+    def recording_compile_chunk(run: Any, state: Any) -> Any:
+        chunk = compile_chunk(run, state)
+
+        def dispatch(state: Any, first_unit: np.int32) -> Any:
+            events.append(("dispatch", int(first_unit)))
+            return chunk(state, first_unit)
+
+        return dispatch
+
+    def recording_save_checkpoint(run_dir: Path, iterations_done: int, *rest: Any) -> None:
+        events.append(("checkpoint", iterations_done))
+        save_checkpoint(run_dir, iterations_done, *rest)
+
+    monkeypatch.setattr(module, "compile_chunk", recording_compile_chunk)
+    monkeypatch.setattr(module, "save_checkpoint", recording_save_checkpoint)
+    few_chunks = [*SCRIPTS["ppo_jax_scan"].run, "--num-chunks", "4", "--output-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *few_chunks, *session_cache()])
+    module.main()
+    # 30 iterations in 4 chunks of 8: dispatch 0, dispatch 8, checkpoint 8, dispatch 16, ...
+    assert events == [("dispatch", 0), ("dispatch", 8), ("checkpoint", 8), ("dispatch", 16),
+        ("checkpoint", 16), ("dispatch", 24), ("checkpoint", 24), ("checkpoint", 30)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "chunk_level"), [("ppo_jax_scan", 1), ("dqn_jax", None)])
+def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_path, monkeypatch):
+    """Init and the evaluation run once: level 0. The chunk: the level its algorithm asks for,
+    1 for PPO (about 1 s less compile, the same run time: docs/ppo_jax_scan.md), XLA's default
+    (None) for the others, e.g. DQN (its chunk ran 2-4% slower at level 1)."""
+    module, levels = load_script(name), []
+    seeds_program = module.seeds_program
+
+    def recording(per_seed: Any, inputs: tuple, in_axes: Any = 0, level: Any = None, **jit: Any) -> Any:
+        levels.append(level)
+        return seeds_program(per_seed, inputs, in_axes, level, **jit)
+
+    monkeypatch.setattr(module, "seeds_program", recording)
+    run = module.open_run(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))
+    state = module.initial_state(run, None)
+    module.compile_chunk(run, state)
+    module.compile_evaluate(run, state)
+    assert levels == [0, chunk_level, 0]
+
+
+def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, capsys, monkeypatch):
+    contract = SCRIPTS[script]
+    bad = [*contract.run, *contract.non_finite, "--output-dir", str(tmp_path)]
+    code, _ = exit_of_main(load_script(script), bad, monkeypatch, capsys)
+    assert str(code).startswith("error: non-finite loss or parameters between steps"), code
+    run_dir = only_run_dir(tmp_path)
+    assert not (run_dir / "eval.json").exists()
+    assert not list(run_dir.glob("checkpoints/*.tmp"))
