@@ -587,6 +587,8 @@ def brax_env(name: str) -> tuple[Any, Any]:
 
     class BraxEnv(environment.Environment):
         sys = raw.sys  # the physical system, for Brax's viewer
+        action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
+        observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
 
         def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
             state = raw.reset(key)
@@ -595,12 +597,6 @@ def brax_env(name: str) -> tuple[Any, Any]:
         def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
             brax = raw.step(state.brax, action)
             return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
-
-        def action_space(self, params: Any) -> spaces.Box:
-            return spaces.Box(-1.0, 1.0, (raw.action_size,))
-
-        def observation_space(self, params: Any) -> spaces.Box:
-            return spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
 
     return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
 
@@ -741,9 +737,8 @@ def agreed(value: int, over_processes: Callable | None = None) -> int:
     """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
     if jax.process_count() == 1:
         return value
-    if over_processes is None:
-        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
-    return int(over_processes(multihost_utils.process_allgather(np.int32(value))))
+    values = multihost_utils.process_allgather(np.int32(value))  # [processes]
+    return int(values[0] if over_processes is None else over_processes(values))
 
 
 # --- Run directories and checkpoints ---------------------------------------------------------
@@ -796,13 +791,9 @@ def open_run(args: Args) -> Run:
     the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
-    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar is drawn here
-        renderable = (
-            args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
-        )
-        require(
-            renderable, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}"
-        )
+    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar and Brax, write_video
+        drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
         needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
         require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
@@ -1125,10 +1116,9 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
         logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
         logger.close()
         plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}")
-        if models is not None:
-            (run_dir / f"{args.exp_name}.flax").write_bytes(
-                flax.serialization.to_bytes(seed_slice(models, i))
-            )
+        if models is not None:  # --save-model
+            model = flax.serialization.to_bytes(seed_slice(models, i))
+            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
         if args.capture_video:
             write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
         mean, std = summary["mean"], summary["std"]

@@ -642,7 +642,7 @@ def make_algorithm(args: Args) -> Algorithm:
         metric_tags=METRIC_TAGS,
         model=lambda state: SavedModel(state.params, state.obs_rms),
         act=functools.partial(greedy_action, setup),
-        chunk_cpu_opt_level=1,  # its compile is faster at level 1, its run as fast (docs/benchmarks.md)
+        chunk_cpu_opt_level=1,  # the XLA level of its chunk on a CPU: docs/benchmarks.md measures it
     )
 
 
