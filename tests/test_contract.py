@@ -147,6 +147,40 @@ SCRIPTS = {
         # apart (2e-4 after 600 steps); a mixed-up seed differs by O(1).
         device_atol=1e-3,
     ),
+    "td3_jax": Contract(
+        env_id="Pendulum-v1",
+        # short, and learning starts late (10 gradient steps), as sac_jax's: seeds sharded over 1
+        # and 2 devices start off within float rounding, and Pendulum's steps amplify it
+        run=flags(
+            total_timesteps=600,
+            learning_starts=590,
+            batch_size=32,
+            hidden_size=32,
+            num_chunks=30,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38, learning_starts=200),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="CartPole-v1"),
+                "--env-id CartPole-v1: TD3 needs continuous (Box) actions; use vibe_rl/dqn_jax.py or vibe_rl/c51_jax.py for Discrete actions",  # noqa: E501
+            ),
+            (flags(policy_frequency=0), "--policy-frequency must be a positive integer, got 0"),
+            (flags(learning_starts=50000), "--learning-starts 50000 leaves no gradient step"),
+            (flags(learning_starts=-1), "--learning-starts must be >= 0, got -1"),
+            (flags(buffer_size=2, num_envs=4), "--buffer-size must be at least --num-envs"),
+            (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
+            (flags(learning_rate=0), "--learning-rate must be positive, got 0.0"),
+            (
+                flags(noise_clip=-0.5),
+                "--policy-noise, --exploration-noise and --noise-clip must be >= 0",
+            ),
+        ],
+        budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, learning_starts=0),
+        # as sac_jax's: Pendulum's dynamics round differently with the seeds a device holds
+        device_atol=1e-3,
+    ),
     "pqn_jax": Contract(
         env_id="CartPole-v1",
         run=flags(

@@ -1,0 +1,1285 @@
+"""Twin Delayed DDPG (TD3), and DDPG as its ablation, the whole training compiled with jax.lax.scan.
+
+Algorithm: Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic Methods"
+(arXiv:1802.09477), as CleanRL's td3_continuous_action_jax.py. TD3 is DDPG (Lillicrap et al. 2015,
+arXiv:1509.02971) with three ideas, each one flag here, tagged `# [TD3-1]` to `# [TD3-3]`: clipped
+double Q (--clipped-double-q), delayed policy updates (--policy-frequency), target policy smoothing
+(--target-policy-smoothing). --ddpg turns all three off. The other details are tagged `# [TD3-4]`
+to `# [TD3-10]`; docs/td3_jax.md lists all ten. The actor is deterministic; the replay buffer is a
+JAX pytree carried through the scan, like the envs.
+
+Run `python vibe_rl/td3_jax.py --env-id Pendulum-v1` (add --ddpg for DDPG). It writes
+runs/{env_id}__{exp_name}__{seed}__{unix_time}/: args.json, TensorBoard events, metrics.jsonl,
+checkpoints/ (replay buffer included), eval.json, episodic_return.png; {exp_name}.flax with
+--save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
+
+How to read this file:
+    1-3  Args, the networks (a deterministic Actor, a QNetwork), the state (NamedTuples, a shape
+         on every field).
+    4    the math as small pure functions, each tested: explore, smoothed_target_action,
+         bootstrap_q, td_target, the losses, the replay buffer.
+    5    training. `iteration` is one TD3 iteration, the steps between two logged points; a
+         `step` puts one step of the num_envs envs into the buffer, then `learn`s: a critic step,
+         and, every policy_frequency steps, an actor step and the target updates.
+         `make_train(args)`: train(key).
+    6    the evaluation policy, and `make_algorithm`: TD3 as the run harness sees it.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env and
+    env_spec (an EnvSpec: a gymnax or Brax env and its spaces), reset_envs and step_envs
+    (gymnax's reset and step for N envs), require and require_positive (a flag's check).
+    The rest of the harness is the machinery every vibe_rl script shares, word for word: run
+    directories, logging, checkpoints, resume. Stop reading there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+# ===== 1. Arguments ==================================================================
+
+
+@dataclass
+class Args:
+    # TD3 (CleanRL td3_continuous_action_jax.py's defaults, except env_id, total_timesteps,
+    # buffer_size and learning_starts: docs/td3_jax.md says why)
+    env_id: str = "Pendulum-v1"
+    """the id of the environment (continuous actions): a gymnax id, or brax/<name> for a Brax MuJoCo task"""
+    total_timesteps: int = 50_000
+    """total environment steps of the training, per seed (rounded down to whole iterations)"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizers (Adam) of the actor and of the critics"""
+    num_envs: int = 1
+    """the number of parallel environments; one gradient step per step of all of them"""
+    buffer_size: int = 100_000
+    """the replay memory buffer size (transitions)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 0.005
+    """target smoothing coefficient: target <- tau * online + (1 - tau) * target"""
+    batch_size: int = 256
+    """the batch size of sample from the replay memory"""
+    policy_noise: float = 0.2
+    """[TD3-3] the std of the target policy smoothing noise, in units of half the action range"""
+    exploration_noise: float = 0.1
+    """the std of the Gaussian exploration noise, in units of half the action range"""
+    learning_starts: int = 5_000
+    """environment steps of uniformly random actions before the first gradient step"""
+    policy_frequency: int = 2
+    """[TD3-2] the frequency of training the policy (delayed), and of the target updates; 1: every step"""
+    noise_clip: float = 0.5
+    """[TD3-3] the target policy smoothing noise is clipped to +-noise_clip (half the action range's units)"""
+    clipped_double_q: bool = True
+    """[TD3-1] twin critics, the TD target from the min of their targets; off: one critic"""
+    target_policy_smoothing: bool = True
+    """[TD3-3] noise on the target action (as --policy-noise 0 when off)"""
+    ddpg: bool = False
+    """DDPG: sets --no-clipped-double-q, --policy-frequency 1 and --no-target-policy-smoothing"""
+    hidden_size: int = 256
+    """width of the two hidden layers of the actor and of each critic"""
+    log_frequency: int = 100
+    """env steps between two logged points (an iteration), which log their means (CleanRL: 100)"""
+
+    # The run and the machine: the same flags in every vibe_rl script
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment (part of the run directory's name)"""
+    seed: int = 1
+    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
+    num_seeds: int = 1
+    """independent runs trained together in one program, sharded over the devices"""
+    track: bool = False
+    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "vibe_rl"
+    """the wandb project name"""
+    wandb_entity: str | None = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """write videos/eval.gif: one deterministic evaluation episode"""
+    save_model: bool = False
+    """write the final parameters to {run_dir}/{exp_name}.flax"""
+    output_dir: str = "runs"
+    """parent directory of the run directories"""
+    resume: str | None = None
+    """continue the run stored in this run directory from its newest readable checkpoint"""
+    num_chunks: int = 10
+    """the training runs as this many compiled chunks; logs and checkpoints between them"""
+    eval_episodes: int = 32
+    """episodes of the final deterministic evaluation (run in parallel)"""
+    cpu_devices: int = 0
+    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
+    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
+    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
+
+
+# ===== 2. Networks ===================================================================
+
+
+def torso(x: jax.Array, width: int) -> jax.Array:
+    """[TD3-10] two hidden ReLU layers of `width`, flax's default (LeCun normal) initialisation."""
+    return nn.relu(nn.Dense(width)(nn.relu(nn.Dense(width)(x))))
+
+
+class Actor(nn.Module):
+    """obs [..., obs_dim] -> the deterministic action mu(obs) [..., A], in the env's bounds."""
+
+    spec: EnvSpec
+    hidden_size: int = 256
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        low, high = self.spec.action_low, self.spec.action_high
+        x = nn.tanh(nn.Dense(self.spec.action_dim)(torso(obs, self.hidden_size)))  # [..., A] in [-1, 1]
+        return x * (high - low) / 2.0 + (high + low) / 2.0  # [TD3-5] [-1, 1] -> [low, high], per dimension
+
+
+class QNetwork(nn.Module):
+    """(obs [..., obs_dim], action [..., A]) -> Q [...]; the action is in the env's units."""
+
+    hidden_size: int = 256
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = torso(jnp.concatenate([obs, action], axis=-1), self.hidden_size)  # [TD3-10] on concat(s, a)
+        return nn.Dense(1)(x)[..., 0]
+
+
+# ===== 3. State ======================================================================
+
+Params = Any  # a flax parameter pytree
+
+
+class TD3Params(NamedTuple):
+    """The learned parameters; also what --save-model writes. C critics: 2 (TD3), 1 (DDPG)."""
+
+    actor: Params
+    actor_target: Params  # [TD3-8] its Polyak average
+    critic: Params  # the C critics, stacked: every leaf [C, ...]
+    critic_target: Params  # their Polyak averages, [C, ...]
+
+
+class Transition(NamedTuple):
+    """One step of the N envs, [N, ...]; the replay buffer's rows [R, N, ...]; a sample, `Batch`, [B, ...]."""
+
+    obs: jax.Array  # [N, obs_dim]
+    action: jax.Array  # [N, A] in the env's units
+    reward: jax.Array  # [N]
+    next_obs: jax.Array  # [N, obs_dim] the real next observation (before auto-reset)
+    terminated: jax.Array  # [N] float 1.0 where the episode truly ended
+
+
+class ReplayBuffer(NamedTuple):
+    """[TD3-4] A ring of R rows (R = Sizes.buffer_rows); a row holds one step of all N envs."""
+
+    data: Transition  # [R, N, ...]
+    position: jax.Array  # [] int32, the row written next
+    filled: jax.Array  # [] int32, rows written so far (at most R)
+
+
+class Learner(NamedTuple):
+    """What the gradient steps change: the parameters and their two Adam states."""
+
+    params: TD3Params
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState  # of the C critics together
+
+
+class RunnerState(NamedTuple):
+    """Everything the training carries from one step to the next (and checkpoints)."""
+
+    learner: Learner
+    env_state: Any  # gymnax EnvState, batched over envs [N]
+    obs: jax.Array  # [N, obs_dim] current observations
+    buffer: ReplayBuffer
+    episode_return: jax.Array  # [N] return of the running episode
+    episode_length: jax.Array  # [N]
+    key: jax.Array
+
+
+class CriticInfo(NamedTuple):  # one critic step's numbers, each []
+    qf1_values: jax.Array  # mean Q1(s, a) over the batch
+    qf2_values: jax.Array  # NaN with one critic (DDPG)
+    qf1_loss: jax.Array
+    qf2_loss: jax.Array  # NaN with one critic
+    qf_loss: jax.Array  # the mean of the critics' losses, as CleanRL logs it
+
+
+class ActorInfo(NamedTuple):  # one actor step's numbers, each []
+    actor_loss: jax.Array
+
+
+class StepStats(NamedTuple):
+    """What one step adds to its iteration's Metrics; the iteration's scan stacks them to [K]."""
+
+    return_sum: jax.Array  # [] summed return of the episodes that ended at this step
+    length_sum: jax.Array  # [] their summed lengths
+    episodes: jax.Array  # [] how many ended
+    critic: CriticInfo  # NaN without a gradient step (before learning_starts)
+    actor: ActorInfo  # NaN without an actor step (delayed: see learn)
+
+
+Batch = Transition  # [B, ...]: what buffer_sample returns and the losses read
+
+# One iteration's metrics (a logged point), each []; train() stacks them to [num_iterations]: the means
+# over the episodes that ended in it and over its steps of each kind (NaN where it has none).
+EPISODE_FIELDS = ("episodic_return", "episodic_length")
+METRIC_FIELDS = (*EPISODE_FIELDS, *CriticInfo._fields, *ActorInfo._fields)
+Metrics = NamedTuple("Metrics", [(name, jax.Array) for name in METRIC_FIELDS])
+METRIC_TAGS = {name: f"{'charts' if name in EPISODE_FIELDS else 'losses'}/{name}" for name in METRIC_FIELDS}
+nans = lambda info_type: info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fields))  # of a step not taken
+
+
+# ===== 4. The algorithm's math: small pure functions =================================
+
+
+def explore(action: jax.Array, key: jax.Array, std: float, low: np.ndarray, high: np.ndarray) -> jax.Array:
+    """[TD3-6] exploration: mu(s) + N(0, (std * scale)^2) per dimension, clipped to the bounds.
+    action [N, A]; low, high [A]; std in units of scale = (high - low) / 2, as CleanRL's."""
+    noise = jax.random.normal(key, action.shape) * std * (high - low) / 2.0  # [N, A]
+    return jnp.clip(action + noise, low, high)
+
+
+def smoothed_target_action(
+    action: jax.Array, key: jax.Array, std: float, noise_clip: float, low: np.ndarray, high: np.ndarray
+) -> jax.Array:
+    """[TD3-3] target policy smoothing: mu'(s') + clip(N(0, std^2), -c, c) * scale, clipped to the bounds.
+    action [B, A]: the target actor's; std, c in units of scale = (high - low) / 2 (std 0: no smoothing)."""
+    noise = jnp.clip(jax.random.normal(key, action.shape) * std, -noise_clip, noise_clip)  # [B, A]
+    return jnp.clip(action + noise * (high - low) / 2.0, low, high)
+
+
+def bootstrap_q(next_q: jax.Array, clipped_double_q: bool) -> jax.Array:
+    """[TD3-1] the value the target bootstraps from: next_q [C, B] (the target critics at (s', a'))
+    -> [B], the min of the twins (clipped double Q), or the first critic's value (DDPG)."""
+    return jnp.min(next_q, axis=0) if clipped_double_q else next_q[0]
+
+
+# The done convention, used by td_target and by the step:
+#   terminated: the episode truly ended (the MDP stops): no bootstrap, the value after it is 0.
+#   truncated:  the time limit cut the episode; the state it reached still has a value. The buffer's
+#               next_obs is the real observation reached (gymnax's final observation, not the
+#               auto-reset's), and the target bootstraps from it: only `terminated` enters the target.
+def td_target(reward: jax.Array, terminated: jax.Array, next_q: jax.Array, gamma: float) -> jax.Array:
+    """[TD3-7] the TD target r + gamma * (1 - terminated) * Q'(s', a'), all [B]; next_q from bootstrap_q."""
+    return reward + gamma * (1.0 - terminated) * next_q
+
+
+def critic_loss_fn(q_values: jax.Array, target: jax.Array) -> tuple[jax.Array, CriticInfo]:
+    """Mean squared TD errors of the C critics, summed. q_values: [C, B]; target: [B]."""
+    per_critic = jnp.mean((q_values - target[None]) ** 2, axis=1)  # [C]
+    pad = lambda x: jnp.concatenate([x, jnp.full(2 - x.shape[0], jnp.nan)])  # [2]: NaN for a missing Q2
+    mean_q, losses = pad(q_values.mean(axis=1)), pad(per_critic)
+    return per_critic.sum(), CriticInfo(mean_q[0], mean_q[1], losses[0], losses[1], per_critic.mean())
+
+
+def actor_loss_fn(q1_values: jax.Array) -> jax.Array:
+    """-E[Q1(s, mu(s))]: the deterministic policy gradient ascends the first critic. q1_values: [B]."""
+    return -jnp.mean(q1_values)
+
+
+def buffer_init(rows: int, num_envs: int, obs_dim: int, action_dim: int) -> ReplayBuffer:
+    """[TD3-4] an empty replay buffer of rows x num_envs transitions."""
+    zeros = lambda *shape: jnp.zeros((rows, num_envs, *shape))  # [R, N, *shape]
+    data = Transition(zeros(obs_dim), zeros(action_dim), zeros(), zeros(obs_dim), zeros())
+    return ReplayBuffer(data, position=jnp.asarray(0, jnp.int32), filled=jnp.asarray(0, jnp.int32))
+
+
+def buffer_add(buffer: ReplayBuffer, transition: Transition) -> ReplayBuffer:
+    """[TD3-4] write one step of the N envs at the ring position, overwriting the oldest row."""
+    rows, position = buffer.data.obs.shape[0], buffer.position
+
+    def write(store: jax.Array, value: jax.Array) -> jax.Array:  # store [R, N, ...], value [N, ...]
+        return jax.lax.dynamic_update_index_in_dim(store, value.astype(store.dtype), position, 0)
+
+    data = jax.tree.map(write, buffer.data, transition)
+    return ReplayBuffer(data, (buffer.position + 1) % rows, jnp.minimum(buffer.filled + 1, rows))
+
+
+def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Batch:
+    """[TD3-4] batch_size transitions drawn uniformly (with replacement) from the filled rows."""
+    row_key, env_key = jax.random.split(key)
+    row_index = jax.random.randint(row_key, (batch_size,), 0, buffer.filled)  # [B]
+    env_index = jax.random.randint(env_key, (batch_size,), 0, buffer.data.obs.shape[1])  # [B]
+    return jax.tree.map(lambda x: x[row_index, env_index], buffer.data)
+
+
+# ===== 5. Training: step, learn, iteration, make_train ===============================
+
+
+class Sizes(NamedTuple):
+    """The sizes derived from Args, in this one place (never command-line flags)."""
+
+    total_steps: int  # steps of the run (each one env step of the N envs): num_iterations * K
+    steps_per_iteration: int  # K: one logged point every K * num_envs env steps
+    num_iterations: int  # the logged points
+    buffer_rows: int  # R = buffer_size // num_envs: the replay buffer's rows
+    num_critics: int  # C: 2 with --clipped-double-q, else 1
+
+
+class Setup(NamedTuple):
+    """Everything built once from Args (by build_setup, below); every function of this section takes it."""
+
+    args: Args  # with --ddpg, its three flags already applied (ddpg_flags)
+    sizes: Sizes
+    spec: EnvSpec
+    actor: Actor
+    critic: QNetwork  # one critic; critics applies all C
+    optimizer: optax.GradientTransformation  # Adam, for the actor and the critics (each its own state)
+
+
+def critics(setup: Setup, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
+    """The C critics in one call (their parameters are stacked, [C, ...]): [B, ...] -> [C, B]."""
+    return jax.vmap(setup.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
+
+
+def critic_step(setup: Setup, learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, CriticInfo]:
+    """One gradient step of the critics toward the TD target of the target actor and critics."""
+    args, spec, params = setup.args, setup.spec, learner.params
+    noise_std = args.policy_noise if args.target_policy_smoothing else 0.0  # [TD3-3] off: no noise
+    next_action = setup.actor.apply(params.actor_target, batch.next_obs)  # [B, A]
+    next_action = smoothed_target_action(
+        next_action, key, noise_std, args.noise_clip, spec.action_low, spec.action_high
+    )
+    next_q = critics(setup, params.critic_target, batch.next_obs, next_action)  # [C, B]
+    next_q = bootstrap_q(next_q, args.clipped_double_q)  # [B]
+    target = td_target(batch.reward, batch.terminated, next_q, args.gamma)  # [B]
+    loss = lambda critic: critic_loss_fn(critics(setup, critic, batch.obs, batch.action), target)
+    grads, info = jax.grad(loss, has_aux=True)(params.critic)
+    updates, critic_opt = setup.optimizer.update(grads, learner.critic_opt, params.critic)
+    params = params._replace(critic=optax.apply_updates(params.critic, updates))
+    return learner._replace(params=params, critic_opt=critic_opt), info
+
+
+def actor_step(setup: Setup, learner: Learner, batch: Batch) -> tuple[Learner, ActorInfo]:
+    """One gradient step of the actor through the first critic, then the Polyak updates of all targets."""
+    params, tau = learner.params, setup.args.tau
+
+    def loss(actor_params: Params) -> jax.Array:  # the gradient flows through the action into Q1
+        action = setup.actor.apply(actor_params, batch.obs)  # [B, A]
+        return actor_loss_fn(critics(setup, params.critic, batch.obs, action)[0])
+
+    actor_loss, grads = jax.value_and_grad(loss)(params.actor)
+    updates, actor_opt = setup.optimizer.update(grads, learner.actor_opt, params.actor)
+    actor = optax.apply_updates(params.actor, updates)
+    # [TD3-8] Polyak averaging, tau * online + (1 - tau) * target, of the actor and of the critics
+    actor_target = optax.incremental_update(actor, params.actor_target, tau)
+    critic_target = optax.incremental_update(params.critic, params.critic_target, tau)
+    params = TD3Params(actor, actor_target, params.critic, critic_target)
+    return Learner(params, actor_opt, learner.critic_opt), ActorInfo(actor_loss)
+
+
+def learn(
+    setup: Setup, learner: Learner, buffer: ReplayBuffer, key: jax.Array, index: jax.Array
+) -> tuple[Learner, CriticInfo, ActorInfo]:
+    """One gradient step of the critics; the delayed actor step and the target updates when due.
+    index: [] the step's number, not batched over seeds: the cond stays a real branch."""
+    sample_key, critic_key = jax.random.split(key)
+    batch = buffer_sample(buffer, sample_key, setup.args.batch_size)  # [B, ...]
+    learner, critic_info = critic_step(setup, learner, batch, critic_key)
+    # [TD3-2] delayed policy updates: one actor step (and the target updates) every policy_frequency steps
+    no_actor_step = lambda same, _: (same, nans(ActorInfo))
+    due = index % setup.args.policy_frequency == 0
+    learner, actor_info = jax.lax.cond(
+        due, functools.partial(actor_step, setup), no_actor_step, learner, batch
+    )
+    return learner, critic_info, actor_info
+
+
+def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, StepStats]:
+    """One TD3 step: act in the N envs, store the step, and learn once learning_starts env steps
+    are done. index: [] int32, the step's number (not batched over seeds)."""
+    args, spec, num_envs = setup.args, setup.spec, setup.args.num_envs
+    key, noise_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
+
+    # ACT: [TD3-6] mu(s) plus Gaussian noise; uniformly random actions until learning_starts env steps
+    low, high = spec.action_low, spec.action_high
+    policy_action = setup.actor.apply(state.learner.params.actor, state.obs)  # [N, A]
+    policy_action = explore(policy_action, noise_key, args.exploration_noise, low, high)
+    random_action = jax.random.uniform(random_key, (num_envs, spec.action_dim), minval=low, maxval=high)
+    learning = index * num_envs >= args.learning_starts  # []
+    action = jnp.where(learning, policy_action, random_action)  # [N, A]
+    out = step_envs(spec, jax.random.split(step_key, num_envs), state.env_state, action)  # [TD3-9] N envs
+
+    # STORE: [TD3-7] the real next observation, before the auto-reset (see td_target)
+    transition = Transition(state.obs, action, out.reward, out.final_obs, out.terminated * 1.0)
+    buffer = buffer_add(state.buffer, transition)
+
+    # LEARN
+    no_learning = lambda same, *_: (same, nans(CriticInfo), nans(ActorInfo))
+    learner, critic_info, actor_info = jax.lax.cond(
+        learning, functools.partial(learn, setup), no_learning, state.learner, buffer, learn_key, index
+    )
+    done = jnp.logical_or(out.terminated, out.truncated)  # [N]
+    episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
+    reset = lambda x: jnp.where(done, 0, x)  # [N]: an episode that ended starts again from 0
+    state = RunnerState(
+        learner, out.state, out.obs, buffer, reset(episode_return), reset(episode_length), key
+    )
+    ended = (episode_return * done).sum(), (episode_length * done).sum(), done.sum()
+    return state, StepStats(*ended, critic_info, actor_info)
+
+
+def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
+    """One TD3 iteration: the K = steps_per_iteration steps between two logged points, and their
+    Metrics. index: [] int32, the iteration's number; its steps' numbers derive from it, unbatched."""
+    per_iteration = setup.sizes.steps_per_iteration  # K
+    steps = index * per_iteration + jnp.arange(per_iteration)  # [K] the steps' numbers
+    state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats: [K]
+    episodes = stats.episodes.sum()  # none: 0 / 0, NaN, as the means over steps not taken
+    critic, actor = jax.tree.map(jnp.nanmean, (stats.critic, stats.actor))
+    episode_means = stats.return_sum.sum() / episodes, stats.length_sum.sum() / episodes
+    return state, Metrics(*episode_means, *critic, *actor)
+
+
+# --- Setting up: the sizes, the networks, the initial state ---------------------------
+
+
+def ddpg_flags(args: Args) -> Args:
+    """--ddpg: TD3 without its three ideas, the paper's DDPG ablation. Exactly these three flags."""
+    if not args.ddpg:
+        return args
+    return dataclasses.replace(
+        args, clipped_double_q=False, policy_frequency=1, target_policy_smoothing=False
+    )
+
+
+def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
+    """Check TD3's flags (ArgsError: one line naming the flag), derive the sizes, build the parts.
+    spec: another env than --env-id's (the tests' probe envs, through env_spec)."""
+    spec = make_env(args.env_id) if spec is None else spec
+    other = "use vibe_rl/dqn_jax.py or vibe_rl/c51_jax.py for Discrete actions"
+    require(not spec.discrete, f"--env-id {args.env_id}: TD3 needs continuous (Box) actions; {other}")
+    args = ddpg_flags(args)
+    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "hidden_size")
+    require_positive(args, "policy_frequency", "log_frequency")
+    require(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1], got {args.gamma}")
+    require(0 < args.tau <= 1, f"--tau must lie in (0, 1], got {args.tau}")
+    require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
+    noises = (args.policy_noise, args.exploration_noise, args.noise_clip)
+    require(min(noises) >= 0, "--policy-noise, --exploration-noise and --noise-clip must be >= 0")
+    require(args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}")
+    require(args.buffer_size >= args.num_envs, "--buffer-size must be at least --num-envs")
+    steps = args.total_timesteps // args.num_envs
+    require(steps > 0, "--total-timesteps must be at least --num-envs (one step of the envs)")
+    # A logged point every log_frequency env steps: an iteration of K steps. The run is rounded down to
+    # whole iterations, never K to the run (a prime number of steps has no divisor but 1).
+    per_iteration = min(max(1, args.log_frequency // args.num_envs), steps)
+    num_iterations = steps // per_iteration
+    rows, num_critics = args.buffer_size // args.num_envs, 2 if args.clipped_double_q else 1
+    sizes = Sizes(num_iterations * per_iteration, per_iteration, num_iterations, rows, num_critics)
+    last = (sizes.total_steps - 1) * args.num_envs  # the env step the last step starts at
+    no_step = f"leaves no gradient step (the last starts at step {last})"
+    require(args.learning_starts <= last, f"--learning-starts {args.learning_starts} {no_step}")
+    actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
+    return Setup(args, sizes, spec, actor, critic, optax.adam(args.learning_rate))
+
+
+def init_state(setup: Setup, key: jax.Array) -> RunnerState:
+    """The state of one seed before the first step; the targets start as copies of the networks."""
+    spec, num_envs = setup.spec, setup.args.num_envs
+    key, actor_key, critic_key, reset_key = jax.random.split(key, 4)
+    obs_dim = math.prod(spec.obs_shape)
+    dummy_obs, dummy_action = jnp.zeros((1, obs_dim)), jnp.zeros((1, spec.action_dim))
+    critic_keys = jax.random.split(critic_key, setup.sizes.num_critics)  # [TD3-1] C critics, stacked
+    critic = jax.vmap(setup.critic.init, in_axes=(0, None, None))(critic_keys, dummy_obs, dummy_action)
+    actor = setup.actor.init(actor_key, dummy_obs)
+    params = TD3Params(actor, actor, critic, critic)
+    learner = Learner(params, setup.optimizer.init(actor), setup.optimizer.init(critic))
+    obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
+    buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
+    zeros = jnp.zeros(num_envs)  # the running episodes' returns and lengths
+    return RunnerState(learner, env_state, obs, buffer, zeros, zeros.astype(jnp.int32), key)
+
+
+def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    setup = build_setup(args, spec)
+
+    def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
+        indices = jnp.arange(setup.sizes.num_iterations)  # the iterations' numbers
+        return jax.lax.scan(functools.partial(iteration, setup), init_state(setup, key), indices)
+
+    return train
+
+
+# ===== 6. The evaluation policy, and TD3 as the run harness sees it ==================
+
+
+def greedy_action(setup: Setup, params: TD3Params, obs: jax.Array) -> jax.Array:
+    """The evaluation policy, mu(obs) without noise: obs [E, obs_dim] -> actions [E, A]."""
+    return setup.actor.apply(params.actor, obs)
+
+
+def make_algorithm(args: Args) -> Algorithm:
+    """TD3 for the run harness (its fields are explained there); ArgsError for a bad flag."""
+    setup = build_setup(args)
+    return Algorithm(
+        name="DDPG" if args.ddpg else "TD3",
+        sizes=setup.sizes,
+        env=setup.spec,
+        num_iterations=setup.sizes.num_iterations,
+        env_steps_per_iteration=setup.sizes.steps_per_iteration * args.num_envs,
+        init=functools.partial(init_state, setup),
+        iteration=functools.partial(iteration, setup),
+        metric_tags=METRIC_TAGS,
+        model=lambda state: state.learner.params,  # TD3Params: actor, critics and their targets
+        act=functools.partial(greedy_action, setup),
+    )
+
+
+# ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
+# The loop's words, the same in every script: a step is one env step of every env; an iteration
+# is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
+# steps with their gradient steps); a chunk is several iterations compiled as one program, after
+# which the driver logs and checkpoints. Its speed tricks are measured in docs/benchmarks.md.
+
+import atexit
+import contextlib
+import gc
+import importlib
+import io
+import json
+import os
+import signal
+import sys
+import time
+import types
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, fields
+
+import flax.serialization
+import tyro
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from tensorboardX import SummaryWriter
+
+# --- Environments: gymnax's API for every env, Brax's included -------------------------
+
+
+class EnvSpec(NamedTuple):
+    """An environment, and what the networks need to know of it."""
+
+    env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
+    params: Any  # its EnvParams (max_steps_in_episode: the time limit)
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    discrete: bool
+    action_dim: int  # K discrete actions, or A dimensions of a Box
+    action_low: np.ndarray  # [A] (empty for discrete actions)
+    action_high: np.ndarray  # [A]
+
+
+def make_env(env_id: str) -> EnvSpec:
+    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
+    if env_id.startswith("brax/"):
+        return env_spec(*brax_env(env_id.removeprefix("brax/")))
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known = gymnax.registered_envs
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
+    return env_spec(*gymnax.make(env_id))
+
+
+def env_spec(env: Any, params: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params."""
+    from gymnax.environments import spaces
+
+    space = env.action_space(params)
+    discrete = isinstance(space, spaces.Discrete)
+    action_dim = int(space.n) if discrete else math.prod(space.shape)
+    box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
+    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
+
+
+def brax_env(name: str) -> tuple[Any, Any]:
+    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
+    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    into done and reset to a cached start, overwriting the final observation."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
+            from brax import envs
+    except ImportError:
+        raise ArgsError(
+            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
+        ) from None
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        sys = raw.sys  # the physical system, for Brax's viewer
+        action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
+        observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
+
+
+class EnvStep(NamedTuple):
+    """N envs' step, as gymnax's env.step returns it (final_obs: its info["final_observation"])."""
+
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # gymnax EnvState [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached, before the auto-reset
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], EnvState [N]."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
+    fresh episode where its episode ended."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class Conv3x3(nn.Module):
+    """nn.Conv(features, (3, 3), padding="VALID") computed as a dense layer over each pixel's 3x3
+    patch (im2col), its kernel [9C, features]: several times faster on XLA CPU."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
+
+
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
+
+
+# --- The Algorithm, the flags, JAX's start ------------------------------------------------
+
+
+class Algorithm(NamedTuple):
+    """One script's algorithm, as its make_algorithm gives it to the harness."""
+
+    name: str
+    sizes: NamedTuple  # the derived sizes, written to args.json
+    env: EnvSpec  # for the evaluation episodes and the video
+    num_iterations: int
+    env_steps_per_iteration: int  # env steps of one iteration, per seed
+    init: Callable[[jax.Array], Any]  # key -> the state of one seed
+    iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
+    model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
+    act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
+    mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
+    state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
+    chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
+
+
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+# Flags of the machine a run happens to run on: never read back from a run's args.json.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", "coordinator_address",
+    "num_processes", "process_id"}  # fmt: skip
+# Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
+RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
+    "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
+
+
+class ArgsError(ValueError):
+    """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
+
+
+def require(condition: bool, message: str) -> None:
+    """The one validation helper: every check of a flag raises ArgsError(message) through it."""
+    if not condition:
+        raise ArgsError(message)
+
+
+def require_positive(args: Args, *names: str) -> None:
+    for name, value in ((name, getattr(args, name)) for name in names):
+        require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+class Deferred(types.ModuleType):
+    """Stands in sys.modules for a module, and imports it when one of its attributes is first read."""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def start_jax(args: Args) -> None:
+    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
+        jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
+            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
+
+
+# --- Several processes (ppo_multigpu --distributed): with one process these are trivial ----
+
+
+def is_main_process() -> bool:  # process 0 alone writes the run directories
+    return jax.process_index() == 0
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def agreed(value: int, over_processes: Callable | None = None) -> int:
+    """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
+    if jax.process_count() == 1:
+        return value
+    values = multihost_utils.process_allgather(np.int32(value))  # [processes]
+    return int(values[0] if over_processes is None else over_processes(values))
+
+
+# --- Run directories and checkpoints ---------------------------------------------------------
+
+
+class Run(NamedTuple):
+    """One training of all seeds: what it writes where, and how its seeds lie on the devices."""
+
+    args: Args
+    algo: Algorithm
+    seeds: list[int]
+    dirs: list[Path]  # one run directory per seed
+    iterations_per_chunk: int
+    num_chunks: int  # every chunk has work; only the last may be partly masked
+    mesh: Mesh  # its axis "seeds" splits the seeds over the devices
+    slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
+
+
+def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    per_chunk = math.ceil(num_iterations / min(num_chunks, num_iterations))
+    return per_chunk, math.ceil(num_iterations / per_chunk)
+
+
+def args_from_json(path: Path) -> Args:
+    saved = json.loads(path.read_text())
+    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
+
+
+def resume_args(given: Args) -> Args:
+    """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
+    if given.resume is None:
+        return given
+    record = Path(given.resume) / "args.json"
+    require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
+    args, defaults = args_from_json(record), Args()
+    for name in (f.name for f in fields(Args)):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
+            setattr(args, name, value)
+        conflict = (
+            f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
+        )
+        require(value in (default, before) or name in RESUME_MAY_CHANGE, conflict)
+    return args
+
+
+def open_run(args: Args) -> Run:
+    """Check the flags, then make a new run's directories (one per seed; args.json holds the Args,
+    the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
+    require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
+    require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
+    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar and Brax, write_video
+        drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
+        needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
+        require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
+    if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
+        import wandb
+
+        try:
+            wandb.login(verify=False)  # offline and disabled modes need no key
+        except wandb.errors.UsageError as error:
+            raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
+    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
+    mesh = algo.mesh
+    if mesh is None:  # the fewest devices that spread the seeds most evenly
+        per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
+        devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
+        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
+    slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, args.num_chunks), mesh, slots)
+    if args.resume is not None:  # found through args.json, whatever the directories are called now
+        record = json.loads((Path(args.resume) / "args.json").read_text())
+        dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
+        dirs[seeds.index(record["run_seed"])] = Path(args.resume)
+        missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
+        require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
+        return run._replace(dirs=dirs)
+    stamp = agreed(int(time.time()))
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    for seed, name in zip(seeds, names, strict=True):
+        if is_main_process():
+            (Path(args.output_dir) / name).mkdir(parents=True)
+            record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
+            record["sizes"] = algo.sizes._asdict()
+            (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
+    return run._replace(dirs=[Path(args.output_dir) / name for name in names])
+
+
+def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
+    """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
+    place); then all but the two newest are deleted. A crash always leaves one that reads."""
+    path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
+    path.parent.mkdir(exist_ok=True)
+    record = {"iterations": iterations_done, "state": state_of_seed}
+    path.with_name(path.name + ".tmp").write_bytes(flax.serialization.to_bytes(record))
+    os.replace(path.with_name(path.name + ".tmp"), path)
+    for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
+        old.unlink()
+
+
+def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
+    """(iterations done, the state of one seed); ValueError when the file does not read as one."""
+    try:
+        saved = flax.serialization.msgpack_restore(path.read_bytes())
+        restored = flax.serialization.from_state_dict({"iterations": 0, "state": template}, saved)
+    except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
+        raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
+        raise ValueError(f"{path}: its arrays do not fit this run's state")
+    return int(restored["iterations"]), restored["state"]
+
+
+def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    if run.args.resume is None:
+        return 0, None
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    names = {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}
+    errors = []
+    for name in sorted(names, reverse=True):
+        try:
+            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
+            return loaded[0][0], [state for _, state in loaded]
+        except ValueError as error:
+            errors.append(str(error))
+    reasons = "; ".join(errors) or "there is none"
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
+
+
+# --- The compiled programs: init, one chunk, the evaluation --------------------------------
+
+
+def seeds_program(
+    per_seed: Callable, inputs: tuple, in_axes: Any = 0, level: int | None = None, **jit: Any
+) -> Any:
+    """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
+    the inputs' shapes at XLA's backend optimisation level `level` (None: XLA's default)."""
+    lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
+    return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
+
+
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
+
+
+def pad_seeds(tree: Any, slots: int) -> Any:  # [S, ...] -> [slots, ...], repeating the seeds
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def seed_keys(run: Run) -> np.ndarray:  # [slots, 2]: each seed's jax.random.PRNGKey(seed)
+    return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+
+
+def seed_slice(tree: Any, i: int) -> Any:  # leaves [S, ...] -> seed i's
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def initial_state(run: Run, restored: list[Any] | None) -> Any:
+    """Every seed's state on the devices, leaves [slots, ...]: new (init) or restored. The seed axis
+    lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
+    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
+    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    if restored is None:
+        keys = seed_keys(run)
+        return seeds_program(run.algo.init, (keys,), level=RUNS_ONCE, out_shardings=shardings)(keys)
+    host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
+    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
+
+
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
+    """per_chunk iterations of one seed from iteration `first`; those past the end (last chunk) are
+    skipped, their metrics NaN. first is not batched over seeds, so the skip stays a real branch."""
+    metrics = jax.eval_shape(algo.iteration, state, first)[1]
+    skip = lambda s, index: (s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, algo.iteration, skip, s, index)
+    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
+
+
+def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
+    """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
+    The state is not donated: on XLA CPU that made the chunks slower."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
+    jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
+    level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
+    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
+    seconds, steps = time.perf_counter() - start, run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    if is_main_process():
+        where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+        print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
+    return compiled
+
+
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
+    """(state, keys [slots, 2]) -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    evaluate = lambda s, key: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
+    return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
+
+
+# --- The driver: chunks, and the outputs written between them ------------------------------
+
+
+@contextlib.contextmanager
+def stop_signals_caught() -> Iterator[list[int]]:
+    """Inside, Ctrl-C and SIGTERM are remembered (in the list it yields), not raised."""
+    received: list[int] = []
+
+    def remember(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[int]) -> tuple[Any, list]:
+    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
+    returns), the driver writes out the one before: the non-finite check, the logs, the
+    checkpoints, a progress line, and a clean exit if a stop signal came (the chunk in flight is
+    then dropped: a resume runs it again)."""
+    algo, per_chunk, per_iteration = run.algo, run.iterations_per_chunk, run.algo.env_steps_per_iteration
+    steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
+    loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
+    for index in range(done // per_chunk, run.num_chunks):
+        state, metrics = in_flight
+        first = index * per_chunk
+        if index + 1 < run.num_chunks:
+            in_flight = chunk(state, np.int32(first + per_chunk))
+        num_valid = min(per_chunk, algo.num_iterations - first)
+        # [S, I]: the real seeds (not the padding), the iterations that ran
+        metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
+        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+        host_state, step = to_host(state), (first + num_valid) * per_iteration
+        if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+            where = f"between steps {first * per_iteration:,} and {step:,}"
+            kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
+        for i, logger in enumerate(loggers):
+            for j in range(num_valid):
+                values = {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
+                rate = {"charts/SPS": sps} if j == num_valid - 1 else {}  # once per chunk
+                logger.log((first + j + 1) * per_iteration, values | rate)
+            logger.flush()
+            save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
+        latest, elapsed = (
+            np.nanmean(recent) if np.isfinite(recent).any() else np.nan,
+            time.perf_counter() - start,
+        )
+        if is_main_process():
+            bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
+            print(f"{line} | {elapsed:6.1f}s", flush=True)
+        if agreed(len(stop), max) and index < run.num_chunks - 1:  # a signal to any process stops all
+            for logger in loggers:
+                logger.close()
+            if is_main_process():
+                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+                print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+            sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    if is_main_process():
+        steps, seconds = total - steps_at_start, time.perf_counter() - start
+        rate = f"{steps / seconds:,.0f} SPS per seed"
+        print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
+    return state, loggers
+
+
+class RunLogger:
+    """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
+
+    def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
+        jsonl = run_dir / "metrics.jsonl"
+        if jsonl.exists():  # resumed: drop what the run logged after its checkpoint
+            lines = jsonl.read_text().splitlines(keepends=True)
+            jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step))
+        # purge_step: TensorBoard hides the events written after the checkpoint, as above
+        self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
+        self.jsonl = open(jsonl, "a")  # noqa: SIM115 (open for the whole run)
+        self.wandb_run = None
+        if args.track:
+            import wandb
+
+            record = json.loads((run_dir / "args.json").read_text())
+            names = {
+                "project": args.wandb_project_name,
+                "entity": args.wandb_entity,
+                "name": record["run_name"],
+            }
+            resume = {"id": record["run_name"], "resume": "allow", "reinit": "create_new"}
+            self.wandb_run = wandb.init(**names, **resume, dir=str(run_dir), config=record)
+
+    def log(self, global_step: int, values: dict[str, float]) -> None:
+        values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step)
+        if values:
+            self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
+            if self.wandb_run is not None:
+                self.wandb_run.log({**values, "global_step": global_step})
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self.jsonl.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.jsonl.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+# --- Evaluation and the outputs of a finished run ------------------------------------------
+
+
+class EvalResult(NamedTuple):
+    returns: jax.Array  # [E] the return of each evaluation episode
+    lengths: jax.Array  # [E]
+    first_episode: Any  # gymnax EnvState [T_max]: episode 0's states, for the video
+
+
+class EvalCarry(NamedTuple):
+    env_state: Any  # [E]
+    obs: jax.Array  # [E, *obs_shape]
+    returns: jax.Array  # [E]
+    lengths: jax.Array  # [E]
+    running: jax.Array  # [E] bool: the episode has not ended yet
+    key: jax.Array
+
+
+def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
+    zeros = jnp.zeros(num_episodes)
+    carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key)
+
+    def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+        key, step_key = jax.random.split(c.key)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs))
+        running = c.running & ~(out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        return EvalCarry(out.state, out.obs, returns, lengths, running, key), seed_slice(c.env_state, 0)
+
+    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
+    return EvalResult(carry.returns, carry.lengths, first_episode)
+
+
+def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    returns, summary = np.asarray(returns, np.float64), {"lengths": np.asarray(lengths).tolist()}
+    stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
+    return {"returns": returns.tolist(), **summary, **stats}
+
+
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
+    """The final deterministic evaluation of every seed in one program (compile_evaluate's); then
+    each seed's eval.json, learning curve and, on request, model file and video."""
+    algo, args = run.algo, run.args
+    keys = np.asarray(jax.vmap(jax.random.fold_in, (0, None))(seed_keys(run), 1))  # not the training's
+    result = to_host(evaluate(state, keys))
+    models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
+    for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
+        summary = eval_summary(result.returns[i], result.lengths[i])
+        summary["global_step"] = algo.num_iterations * algo.env_steps_per_iteration
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        logger.close()
+        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}")
+        if models is not None:  # --save-model
+            model = flax.serialization.to_bytes(seed_slice(models, i))
+            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
+        if args.capture_video:
+            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+
+
+def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
+    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically.
+
+    >>> evaluate_saved_model("runs/CartPole-v1__my_experiment__1__1700000000")["mean"]
+    """
+    args = args_from_json(Path(run_dir) / "args.json")
+    algo = make_algorithm(args)
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    model = flax.serialization.from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    result = jax.jit(functools.partial(evaluate_episodes, algo, episodes))(model, jax.random.PRNGKey(seed))
+    return eval_summary(result.returns, result.lengths)
+
+
+def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_returns(run_dir: Path, title: str) -> None:
+    """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
+    plt = import_pyplot()
+    points = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    points = [p for p in points if "charts/episodic_return" in p]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["global_step"] for p in points], [p["charts/episodic_return"] for p in points])
+    ax.set(xlabel="environment steps", ylabel="episodic return (training)", title=title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "episodic_return.png", dpi=100)
+    plt.close(fig)
+
+
+def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
+    """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
+    grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), env_states) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
+            np.uint8
+        )
+        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    import gymnasium
+    from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+    gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+    gym_env.reset(seed=0)
+    set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
+    frames = []
+    for state in states:
+        gym_env.unwrapped.state = get_gym_state(state, env_id)
+        if env_id == "Pendulum-v1":  # the torque arrow
+            gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+        frames.append(gym_env.render())
+    gym_env.close()
+    return frames
+
+
+def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
+    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    folder.mkdir(parents=True, exist_ok=True)
+    length = summary["lengths"][0]
+    if env_id.startswith("brax/"):
+        from brax.io import html
+
+        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    else:
+        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
+
+
+def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    """One palette for the whole episode, from a sample of its frames (PIL's default searches one
+    per frame: seconds per video)."""
+    from PIL import Image
+
+    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
+    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+
+
+def main() -> None:
+    """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
+    atexit.register(gc.freeze)
+    args = tyro.cli(Args)
+    start_jax(args)
+    try:  # every bad input is reported here, in one line, before anything compiles
+        run = open_run(resume_args(args))
+        done, restored = restore_checkpoints(run)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The evaluation compiles, and pyplot
+    # imports, in a thread while the chunks run (XLA works outside Python's lock).
+    with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
+        state = initial_state(run, restored)
+        chunk = compile_chunk(run, state)
+        evaluate = pool.submit(compile_evaluate, run, state)
+        pool.submit(import_pyplot)
+        state, loggers = train_chunks(run, chunk, state, done, stop)
+    finish_run(run, state, loggers, evaluate.result())
+
+
+if __name__ == "__main__":
+    main()
