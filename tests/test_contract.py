@@ -113,6 +113,43 @@ SCRIPTS = {
             total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
         ),
     ),
+    "c51_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            learning_starts=200,
+            train_frequency=4,
+            target_network_frequency=40,
+            buffer_size=500,
+            batch_size=32,
+            n_atoms=11,
+            v_min=-10,
+            v_max=10,
+            log_frequency=100,
+            total_timesteps=1200,
+            num_chunks=12,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1: C51 needs discrete actions, not Box; "
+                "use vibe_rl/sac_jax.py or vibe_rl/td3_jax.py",
+            ),
+            (flags(v_min=10, v_max=-10), "--v-min 10.0 must be below --v-max -10.0"),
+            (flags(n_atoms=1), "--n-atoms must be at least 2, got 1"),
+            (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
+            (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
+            (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
+        ],
+        budgets=lambda total, num_envs: dict(
+            total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
+        ),
+    ),
     "sac_jax": Contract(
         env_id="Pendulum-v1",
         # short, and learning starts late (10 gradient steps): seeds sharded over 1 and 2

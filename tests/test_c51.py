@@ -1,0 +1,270 @@
+"""Tests of vibe_rl/c51_jax.py: the categorical projection and the loss on hand-computed examples,
+time limits on a probe env, shapes under jit and vmap, chunks, learning. The buffer, the schedule
+and the iteration plan are DQN's, tested in test_dqn.py; the command-line contract (bad input,
+resume, run directory) is tested for every script in test_contract.py."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import ConstantRewardProbe, run_in_chunks, tree_equal
+
+from vibe_rl import c51_jax as c51
+
+# A tiny budget that still takes gradient steps: 400 env steps (4 iterations of 25 steps of 4 envs),
+# learning from env step 100.
+TINY = dict(
+    num_envs=4,
+    total_timesteps=400,
+    buffer_size=200,
+    batch_size=16,
+    learning_starts=100,
+    train_frequency=4,
+    target_network_frequency=40,
+    log_frequency=100,
+    num_chunks=2,
+    n_atoms=11,
+    v_min=-10.0,
+    v_max=10.0,
+)
+ATOMS = jnp.array([-2.0, -1.0, 0.0, 1.0, 2.0])  # v_min -2, v_max 2, dz 1
+
+
+def tiny_args(**overrides) -> c51.Args:
+    return c51.Args(**{**TINY, **overrides})
+
+
+def reference_projection(next_probs, rewards, terminated, gamma, atoms):
+    """The paper's Algorithm 1 as loops: b = (Tz - v_min) / dz, mass to floor(b) and ceil(b)."""
+    next_probs, atoms = np.asarray(next_probs, np.float64), np.asarray(atoms, np.float64)
+    delta, out = (atoms[-1] - atoms[0]) / (len(atoms) - 1), np.zeros_like(next_probs)
+    for row, (p, r, done) in enumerate(zip(next_probs, rewards, terminated, strict=True)):
+        for j, z in enumerate(atoms):
+            b = np.clip((r + gamma * (1 - done) * z - atoms[0]) / delta, 0, len(atoms) - 1)
+            low, up = int(np.floor(b)), int(np.ceil(b))
+            if low == up:
+                out[row, low] += p[j]
+            else:
+                out[row, low] += p[j] * (up - b)
+                out[row, up] += p[j] * (b - low)
+    return out
+
+
+# --- the categorical projection --------------------------------------------------------
+
+
+def test_categorical_projection_hand_computed():
+    next_probs = jnp.array(
+        [
+            [0.2, 0.0, 0.3, 0.0, 0.5],  # truncation: bootstraps from the next distribution
+            [0.4, 0.0, 0.0, 0.0, 0.6],  # atoms fall below v_min and onto v_max
+            [0.4, 0.0, 0.0, 0.0, 0.6],  # atoms fall above v_max
+            [0.2, 0.2, 0.2, 0.2, 0.2],  # termination: the reward alone
+            [0.2, 0.2, 0.2, 0.2, 0.2],  # termination with a reward beyond v_max
+        ]
+    )
+    rewards = jnp.array([0.5, -1.8, 1.5, 0.3, 5.0])
+    terminated = jnp.array([False, False, False, True, True])
+    projected = c51.categorical_projection(next_probs, rewards, terminated, 0.5, ATOMS)
+    expected = [
+        # Tz = 0.5 + 0.5 z: -2 -> -0.5 (0.1 to -1, 0), 0 -> 0.5 (0.15 to 0, 1), 2 -> 1.5 (0.25 to 1, 2)
+        [0.0, 0.1, 0.25, 0.4, 0.25],
+        # Tz = -1.8 + 0.5 z: -2 -> -2.8, clipped onto -2 (all 0.4); 2 -> -0.8 (0.48 to -1, 0.12 to 0)
+        [0.4, 0.48, 0.12, 0.0, 0.0],
+        # Tz = 1.5 + 0.5 z: -2 -> 0.5 (0.2 to 0 and 1); 2 -> 2.5, clipped onto 2 (all 0.6)
+        [0.0, 0.0, 0.2, 0.2, 0.6],
+        # terminated: every atom goes to 0.3, split 0.7 / 0.3 between its neighbours 0 and 1
+        [0.0, 0.0, 0.7, 0.3, 0.0],
+        # terminated beyond v_max: everything on the edge atom
+        [0.0, 0.0, 0.0, 0.0, 1.0],
+    ]
+    np.testing.assert_allclose(projected, expected, atol=1e-6)
+    np.testing.assert_allclose(
+        projected, reference_projection(next_probs, rewards, terminated, 0.5, ATOMS), atol=1e-6
+    )
+    # the same reward without the termination bootstraps: the truncated row 0 is not the reward alone
+    truncated = c51.categorical_projection(next_probs[3:4], rewards[3:4], jnp.array([False]), 0.5, ATOMS)
+    assert not np.allclose(truncated, [expected[3]], atol=1e-3)
+
+
+def test_categorical_projection_conserves_mass_and_matches_algorithm_1():
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    atoms = jnp.linspace(-10.0, 10.0, 51)
+    next_probs = jax.nn.softmax(jax.random.normal(keys[0], (256, 51)) * 3, axis=-1)  # [B, K]
+    rewards = jax.random.uniform(keys[1], (256,), minval=-15.0, maxval=15.0)  # some beyond the support
+    terminated = jax.random.bernoulli(keys[2], 0.3, (256,))
+    projected = jax.jit(c51.categorical_projection, static_argnums=3)(
+        next_probs, rewards, terminated, 0.99, atoms
+    )
+    assert projected.shape == (256, 51) and bool((projected >= 0).all())
+    np.testing.assert_allclose(projected.sum(axis=-1), 1.0, rtol=1e-5)
+    reference = reference_projection(next_probs, np.asarray(rewards), np.asarray(terminated), 0.99, atoms)
+    np.testing.assert_allclose(projected, reference, atol=1e-5)
+
+
+# --- the loss and the expected Q -----------------------------------------------------------
+
+
+def test_cross_entropy_loss_hand_computed():
+    logits = jnp.log(jnp.array([[0.5, 0.25, 0.25], [1 / 3, 1 / 3, 1 / 3]]))  # [B, K]
+    target = jnp.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])
+    np.testing.assert_allclose(c51.c51_loss(logits, target), (np.log(4) + np.log(3)) / 2, rtol=1e-6)
+    np.testing.assert_allclose(c51.c51_loss(logits + 7.0, target), (np.log(4) + np.log(3)) / 2, rtol=1e-6)
+
+
+def test_expected_q_and_greedy_action_use_the_mean_of_the_distribution():
+    probs = jnp.array([[[0.5, 0.0, 0.0, 0.0, 0.5], [0.0, 0.0, 0.0, 1.0, 0.0]]])  # [1, A=2, K]
+    np.testing.assert_allclose(c51.expected_q(probs, ATOMS), [[0.0, 1.0]])
+    # action 0 has the highest atom's mass, action 1 the higher mean: greedy picks 1
+    setup = c51.build_setup(tiny_args(n_atoms=5, v_min=-2.0, v_max=2.0))
+    np.testing.assert_allclose(setup.atoms, ATOMS)
+    logits = jnp.log(probs + 1e-12)
+    network = type("Fixed", (), {"apply": staticmethod(lambda params, obs: logits)})
+    assert int(c51.greedy_action(setup._replace(network=network), None, jnp.zeros((1, 4)))[0]) == 1
+
+
+# --- time limits: truncation bootstraps through the projection -------------------------------
+
+
+def test_expected_q_bootstraps_through_time_limit():
+    """Constant reward 1, only time-limit ends, gamma 0.5: the return distribution is a point mass
+    at 1 / (1 - gamma) = 2, so the expected Q is 2 (treating truncation as termination: about 1.6)."""
+    setup = c51.build_setup(
+        tiny_args(
+            total_timesteps=6000,
+            gamma=0.5,
+            learning_rate=3e-3,
+            buffer_size=1000,
+            batch_size=64,
+            learning_starts=200,
+            target_network_frequency=100,
+            log_frequency=1000,
+            n_atoms=21,
+            v_min=0.0,
+            v_max=4.0,
+        )
+    )
+    env = ConstantRewardProbe()
+    setup = setup._replace(spec=c51.env_spec(env, env.default_params), obs_dtype=jnp.float32)
+    setup = setup._replace(network=c51.QNetwork(2, 21))
+    iterations = jnp.arange(setup.sizes.num_iterations)
+    train = lambda key: jax.lax.scan(
+        functools.partial(c51.iteration, setup), c51.init_state(setup, key), iterations
+    )
+    state, _ = jax.jit(train)(jax.random.PRNGKey(0))
+    np.testing.assert_allclose(c51.q_values(setup, state.params, jnp.ones((1, 1))), [[2.0, 2.0]], atol=0.05)
+
+
+# --- shapes under jit and vmap; gradient steps; chunks equal the single program ----------------
+
+
+@pytest.mark.parametrize(("env_id", "cnn"), [("CartPole-v1", False), ("Breakout-MinAtar", True)])
+def test_train_shapes_under_jit_and_vmap(env_id, cnn):
+    args = tiny_args(env_id=env_id, double_dqn=cnn)
+    setup = c51.build_setup(args)
+    spec, sizes = setup.spec, setup.sizes
+    assert setup.network.cnn == cnn  # --network auto picks by the observation's shape
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    state, metrics = jax.jit(jax.vmap(c51.make_train(args)))(keys)
+    assert state.obs.shape == (3, args.num_envs, *spec.obs_shape)
+    assert state.buffer.data.obs.shape == (3, args.buffer_size, *spec.obs_shape)
+    assert state.buffer.data.obs.dtype == setup.obs_dtype
+    assert metrics.loss.shape == (3, sizes.num_iterations) == (3, 4)
+    logits = jax.vmap(setup.network.apply)(state.params, state.obs)
+    assert logits.shape == (3, args.num_envs, spec.action_dim, args.n_atoms)  # [S, N, A, K]
+    # gradient steps at global steps 104, 108, ..., 400: 75 of them, none in the first iteration
+    np.testing.assert_array_equal(metrics.gradient_steps, [[0, 25, 25, 25]] * 3)
+    assert bool(jnp.all(jnp.isnan(metrics.loss[:, 0]))) and bool(jnp.all(jnp.isfinite(metrics.loss[:, 1:])))
+    assert bool(jnp.all(metrics.loss[:, 1:] > 0))  # a cross-entropy
+    init = jax.vmap(functools.partial(c51.init_state, setup))(keys)
+    assert not tree_equal(init.params, state.params)  # it took gradient steps
+    assert not tree_equal(init.target_params, state.target_params)  # copied at 120, 160, ...
+    assert not np.allclose(metrics.loss[0, 1:], metrics.loss[1, 1:])  # independent seeds
+    if cnn:  # 3 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
+        assert state.params["params"]["Conv3x3_0"]["Dense_0"]["kernel"].shape == (3, 36, 16)
+
+
+def test_smoke_run_takes_gradient_steps_that_lower_the_loss_of_a_batch():
+    args = tiny_args()
+    setup = c51.build_setup(args)
+    state = c51.init_state(setup, jax.random.PRNGKey(3))
+    state, _ = jax.lax.scan(functools.partial(c51.step, setup), state, jnp.arange(25))  # fill the buffer
+    before = state.params
+    gradient_step, losses = jax.jit(functools.partial(c51.gradient_step, setup)), []
+    for _ in range(20):  # the same batch (same key) each time: its loss must go down
+        state, loss, _q = gradient_step(state, jax.random.PRNGKey(0))
+        losses.append(float(loss))
+    assert not tree_equal(before, state.params) and losses[-1] < losses[0], losses
+
+
+def test_gradient_step_stays_a_branch_under_vmap():
+    setup = c51.build_setup(tiny_args())
+    states = jax.vmap(functools.partial(c51.init_state, setup))(jax.random.split(jax.random.PRNGKey(0), 2))
+    vmapped = jax.vmap(functools.partial(c51.iteration, setup), in_axes=(0, None))
+    jaxpr = str(jax.make_jaxpr(vmapped)(states, jnp.int32(0)))
+    assert jaxpr.count("cond[") >= 2, "the gradient step became a select under vmap"
+
+
+def test_chunked_run_equals_single_program():
+    # 5 iterations in chunks of 2: the last chunk runs one and skips one
+    args = tiny_args(total_timesteps=500, num_chunks=3)
+    algo = c51.make_algorithm(args)
+    iterations_per_chunk, num_chunks = c51.plan_chunks(algo.num_iterations, args.num_chunks)
+    assert (algo.num_iterations, iterations_per_chunk, num_chunks) == (5, 2, 3)
+    key = jax.random.PRNGKey(7)
+    final, _ = jax.jit(c51.make_train(args))(key)
+    state, metrics = run_in_chunks(c51, algo, key, args.num_chunks)
+    assert bool(jnp.isnan(metrics[-1].loss[-1]))  # the skipped iteration
+    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):  # buffer included
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# --- flags ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            dict(env_id="Pendulum-v1"),
+            "--env-id Pendulum-v1: C51 needs discrete actions, not Box; "
+            "use vibe_rl/sac_jax.py or vibe_rl/td3_jax.py",
+        ),
+        (dict(v_min=5.0, v_max=5.0), "--v-min 5.0 must be below --v-max 5.0"),
+        (dict(n_atoms=1), "--n-atoms must be at least 2, got 1"),
+    ],
+)
+def test_bad_flags_are_refused_in_one_line(overrides, message):
+    with pytest.raises(c51.ArgsError) as error:
+        c51.build_setup(tiny_args(**overrides))
+    assert str(error.value) == message
+
+
+def test_metric_tags_are_cleanrl_c51s():
+    assert set(c51.METRIC_TAGS.values()) >= {
+        "losses/loss",
+        "losses/q_values",
+        "charts/epsilon",
+        "charts/episodic_return",
+        "charts/episodic_length",
+    }
+
+
+# --- learning ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cartpole_learns_with_the_defaults():
+    """CleanRL's c51_jax.py defaults (500k steps), seed 1: the greedy evaluation reaches 475."""
+    args = c51.Args()
+    algo = c51.make_algorithm(args)
+    key = jax.random.PRNGKey(1)
+    state, _ = jax.jit(c51.make_train(args))(key)
+    result = jax.jit(functools.partial(c51.evaluate_episodes, algo, 32))(
+        algo.model(state), jax.random.fold_in(key, 1)
+    )
+    assert float(result.returns.mean()) >= 475, result.returns

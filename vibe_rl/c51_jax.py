@@ -1,0 +1,1243 @@
+"""C51, distributional DQN, the whole training loop compiled with jax.lax.scan.
+
+Algorithm: Bellemare, Dabney & Munos 2017, "A Distributional Perspective on Reinforcement
+Learning" (arXiv:1707.06887): per action, a categorical distribution of the return on n_atoms
+atoms in [v_min, v_max], trained by cross-entropy to the projected Bellman target. Double DQN's
+selection as a flag; the MinAtar CNN: Young & Tian 2019. Defaults: CleanRL's c51_jax.py. Details
+tagged `# [C51-1]` to `# [C51-16]`, listed in docs/c51_jax.md. Discrete actions only.
+
+Run `python vibe_rl/c51_jax.py --env-id CartPole-v1`: it writes one run directory per seed
+(docs/c51_jax.md, "What a run writes"; checkpoints hold the replay buffer); --resume RUN_DIR continues it.
+
+How to read this file:
+    1-3  Args, the distributional Q-network, the state (NamedTuples, a shape on every field).
+    4    the math as small pure functions, each tested: the replay buffer, linear_schedule,
+         epsilon_greedy, expected_q, categorical_projection, c51_loss.
+    5    training: `step` (act in the N envs, store, maybe a `gradient_step`, maybe a target copy)
+         < `iteration` (one logged point) < `make_train(args)`, the training as one train(key).
+    6    the evaluation policy (greedy in the expected Q), and `make_algorithm`.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env (an EnvSpec:
+    a gymnax env and its spaces), reset_envs and step_envs (gymnax's reset and step for N envs),
+    Conv3x3 (nn.Conv as im2col), require and require_positive (a flag's check). The rest of the
+    harness is the machinery every vibe_rl script shares, word for word. Stop reading there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+# ===== 1. Arguments ==================================================================
+
+
+@dataclass
+class Args:
+    # C51 (CleanRL c51_jax.py's defaults: they solve CartPole-v1)
+    env_id: str = "CartPole-v1"
+    """the id of the gymnax environment (discrete actions)"""
+    total_timesteps: int = 500_000
+    """total environment steps of the training, per seed (rounded down to whole iterations)"""
+    n_atoms: int = 101
+    """the number of atoms of the return distribution's support"""
+    v_min: float = -100.0
+    """the return of the lowest atom"""
+    v_max: float = 100.0
+    """the return of the highest atom"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the Adam optimizer"""
+    num_envs: int = 1
+    """the number of parallel environments (one C51 step steps them all)"""
+    buffer_size: int = 10_000
+    """the replay memory capacity, in transitions"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    target_network_frequency: int = 500
+    """env steps between two copies of the online network into the target network"""
+    batch_size: int = 128
+    """the batch size of the samples from the replay memory"""
+    start_e: float = 1.0
+    """the starting epsilon of the exploration"""
+    end_e: float = 0.05
+    """the ending epsilon of the exploration"""
+    exploration_fraction: float = 0.5
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e"""
+    learning_starts: int = 10_000
+    """env steps of pure collection before learning starts"""
+    train_frequency: int = 10
+    """env steps between two gradient steps"""
+    double_dqn: bool = False
+    """Double DQN: the online network picks the next action, the target network gives its distribution"""
+    network: Literal["auto", "mlp", "cnn"] = "auto"
+    """Q-network: MLP (120-84) for vector observations, CNN for images; auto picks by shape"""
+    log_frequency: int = 1000
+    """env steps per iteration, one logged point averaging them (adjusted so the iterations tile the run)"""
+
+    # The run and the machine: the same flags in every vibe_rl script
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment (part of the run directory's name)"""
+    seed: int = 1
+    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
+    num_seeds: int = 1
+    """independent runs trained together in one program, sharded over the devices"""
+    track: bool = False
+    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "vibe_rl"
+    """the wandb project name"""
+    wandb_entity: str | None = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """write videos/eval.gif: one deterministic evaluation episode"""
+    save_model: bool = False
+    """write the final parameters to {run_dir}/{exp_name}.flax"""
+    output_dir: str = "runs"
+    """parent directory of the run directories"""
+    resume: str | None = None
+    """continue the run stored in this run directory from its newest readable checkpoint"""
+    num_chunks: int = 10
+    """the training runs as this many compiled chunks; logs and checkpoints between them"""
+    eval_episodes: int = 32
+    """episodes of the final deterministic evaluation (run in parallel)"""
+    cpu_devices: int = 0
+    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
+    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
+    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
+
+
+# ===== 2. Networks ===================================================================
+
+
+class QNetwork(nn.Module):
+    """[C51-8] obs [..., *obs_shape] -> logits [..., A, K] of K = n_atoms atoms per action (softmax
+    over K: the return distribution of each action); flax's default init, as CleanRL. [C51-15] MLP:
+    CleanRL's 120-84 ReLU. CNN: MinAtar's, a 3x3 convolution of 16 channels (valid), a dense 128."""
+
+    num_actions: int
+    n_atoms: int
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = obs.astype(jnp.float32)  # [C51-2] uint8 0/1 from the buffer -> float
+        if self.cnn:  # x: [..., H, W, C]
+            x = nn.relu(Conv3x3(16)(x))  # [..., H-2, W-2, 16]
+            x = nn.relu(nn.Dense(128)(x.reshape(*x.shape[:-3], -1)))  # [..., 128]
+        else:
+            x = nn.relu(nn.Dense(120)(x))  # [..., 120]
+            x = nn.relu(nn.Dense(84)(x))  # [..., 84]
+        logits = nn.Dense(self.num_actions * self.n_atoms)(x)  # [..., A * K]
+        return logits.reshape(*x.shape[:-1], self.num_actions, self.n_atoms)  # [..., A, K]
+
+
+# ===== 3. State ======================================================================
+
+Params = Any  # a flax parameter pytree
+
+
+class Transition(NamedTuple):
+    """Transitions, leading axis X: N of one step, B of a sampled batch, C of the buffer's slots."""
+
+    obs: jax.Array  # [X, *obs_shape] stored dtype
+    action: jax.Array  # [X] int32
+    reward: jax.Array  # [X] float32
+    terminated: jax.Array  # [X] bool: no bootstrap from next_obs
+    next_obs: jax.Array  # [X, *obs_shape] the real final observation, before the auto-reset
+
+
+class ReplayBuffer(NamedTuple):
+    """[C51-1] A ring buffer of C = buffer_size transitions. Slots [0, size) are filled; the next
+    insert goes to `position`, wrapping around."""
+
+    data: Transition  # [C, ...]
+    position: jax.Array  # [] int32, the slot of the next insert
+    size: jax.Array  # [] int32, the number of filled slots (<= C)
+
+
+class RunnerState(NamedTuple):
+    """Everything the training carries from one step to the next (and checkpoints)."""
+
+    params: Params  # the online distributional Q-network
+    target_params: Params  # the target network
+    opt_state: optax.OptState
+    buffer: ReplayBuffer
+    env_state: Any  # gymnax EnvState, batched over envs [N]
+    obs: jax.Array  # [N, *obs_shape] current observations, stored dtype
+    episode_return: jax.Array  # [N] return of the running episode
+    episode_length: jax.Array  # [N] int32
+    key: jax.Array
+
+
+class StepInfo(NamedTuple):
+    """One step's diagnostics; an iteration's T steps are reduced to one Metrics."""
+
+    loss: jax.Array  # [] cross-entropy, NaN when the step took no gradient step
+    q_values: jax.Array  # [] mean expected Q(s, a) of the sampled batch, NaN without a gradient step
+    epsilon: jax.Array  # [] the exploration rate the step acted with
+    return_sum: jax.Array  # [] sum of the returns of the episodes that ended in this step
+    length_sum: jax.Array  # []
+    num_done: jax.Array  # [] episodes that ended in this step
+
+
+class Metrics(NamedTuple):
+    """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
+
+    episodic_return: jax.Array  # mean return of the episodes finished in the iteration (NaN: none)
+    episodic_length: jax.Array
+    loss: jax.Array  # mean over the iteration's gradient steps (NaN: none)
+    q_values: jax.Array
+    epsilon: jax.Array  # the exploration rate of the iteration's last step
+    gradient_steps: jax.Array  # gradient steps taken in the iteration
+
+
+LOSSES = ("loss", "q_values")  # CleanRL's TensorBoard tags:
+METRIC_TAGS = {name: f"{'losses' if name in LOSSES else 'charts'}/{name}" for name in Metrics._fields}
+
+
+# ===== 4. The algorithm's math: small pure functions =================================
+
+
+def buffer_init(capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> ReplayBuffer:
+    zeros, obs = jnp.zeros(capacity), jnp.zeros((capacity, *obs_shape), obs_dtype)
+    data = Transition(obs, zeros.astype(jnp.int32), zeros, zeros.astype(bool), obs)  # [C, ...]
+    return ReplayBuffer(data, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
+
+
+def buffer_add(buffer: ReplayBuffer, batch: Transition) -> ReplayBuffer:
+    """[C51-1] Write N transitions [N, ...] at slots position, position + 1, ... (mod C)."""
+    capacity, n = buffer.data.action.shape[0], batch.action.shape[0]
+    slots = (buffer.position + jnp.arange(n)) % capacity  # [N]
+    data = jax.tree.map(lambda x, new: x.at[slots].set(new.astype(x.dtype)), buffer.data, batch)
+    return ReplayBuffer(data, (buffer.position + n) % capacity, jnp.minimum(buffer.size + n, capacity))
+
+
+def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Transition:
+    """[C51-1] B transitions drawn uniformly (with replacement) from the filled slots [0, size)."""
+    indices = jax.random.randint(key, (batch_size,), 0, buffer.size)  # [B]
+    return jax.tree.map(lambda stored: stored[indices], buffer.data)  # [B, ...]
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, step: jax.Array) -> jax.Array:
+    """[C51-3] epsilon: linear from start_e at env step 0 to end_e at `duration` env steps, then flat."""
+    return start_e + jnp.clip(step / duration, 0.0, 1.0) * (end_e - start_e)
+
+
+def epsilon_greedy(key: jax.Array, q_values: jax.Array, epsilon: jax.Array) -> jax.Array:
+    """[C51-4] q_values [N, A] -> actions [N]: per env, uniformly random with probability epsilon."""
+    explore_key, action_key = jax.random.split(key)
+    random_actions = jax.random.randint(action_key, q_values.shape[:1], 0, q_values.shape[-1])  # [N]
+    explore = jax.random.uniform(explore_key, q_values.shape[:1]) < epsilon  # [N]
+    return jnp.where(explore, random_actions, jnp.argmax(q_values, axis=-1)).astype(jnp.int32)
+
+
+def expected_q(probs: jax.Array, atoms: jax.Array) -> jax.Array:
+    """[C51-4] Q(s, a) = sum_i p_i(s, a) z_i, the mean of the distribution. probs [..., A, K],
+    atoms [K] -> [..., A]. Acting, Double DQN's selection and the evaluation take its argmax."""
+    return (probs * atoms).sum(axis=-1)
+
+
+# The done convention, used by the projection and by `step`:
+#   terminated: the episode truly ended: the return after it is 0, the target is the reward alone.
+#   truncated:  the time limit cut the episode; the state it reached still has a return. The
+#               transition stores the real final observation (before gymnax's auto-reset) as
+#               next_obs and bootstraps from it, so only `terminated` is stored.
+def categorical_projection(
+    next_probs: jax.Array, rewards: jax.Array, terminated: jax.Array, gamma: float, atoms: jax.Array
+) -> jax.Array:
+    """[C51-9] The paper's Algorithm 1: r + gamma * (1 - terminated) * Z(s') projected onto the atoms.
+    next_probs: [B, K] the chosen next action's distribution; rewards, terminated: [B]; atoms: [K],
+    evenly spaced from v_min to v_max. -> [B, K], each row summing to 1. Each Tz_j, clipped to
+    [v_min, v_max], splits its mass p_j between its two neighbouring atoms: atom i gets
+    p_j * max(0, 1 - |Tz_j - z_i| / dz), the paper's floor/ceil split as one dense product."""
+    v_min, v_max, delta = atoms[0], atoms[-1], (atoms[-1] - atoms[0]) / (atoms.shape[0] - 1)
+    bootstrap = gamma * (1.0 - terminated.astype(jnp.float32))  # [B]: 0 after a termination
+    shifted = jnp.clip(rewards[:, None] + bootstrap[:, None] * atoms, v_min, v_max)  # [B, K] Tz_j
+    closeness = 1.0 - jnp.abs(shifted[:, :, None] - atoms) / delta  # [B, K_j, K_i]
+    return (jnp.clip(closeness, 0.0, 1.0) * next_probs[:, :, None]).sum(axis=1)  # [B, K_i]
+
+
+def c51_loss(logits: jax.Array, target_probs: jax.Array) -> jax.Array:
+    """[C51-11] The cross-entropy -sum_i m_i log p_i(s, a), averaged over the batch. logits: [B, K],
+    the online network's of the taken action; target_probs: [B, K], the projected target m -> []."""
+    return -(target_probs * jax.nn.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
+
+
+# ===== 5. Training: step, gradient step, iteration, make_train =======================
+
+
+class Sizes(NamedTuple):
+    """The sizes derived from Args, in this one place (never command-line flags)."""
+
+    steps_per_iteration: int  # T: steps of the N envs per logged point (iteration_length)
+    num_iterations: int  # logged points
+    total_steps: int  # steps of the whole training: num_iterations * T <= total_timesteps // N
+
+
+class Setup(NamedTuple):
+    """Everything built once from Args (by build_setup, below); every function of this section takes it."""
+
+    args: Args
+    sizes: Sizes
+    spec: EnvSpec
+    obs_dtype: Any  # [C51-2] the dtype the replay buffer and the state store observations in
+    atoms: np.ndarray  # [K] [C51-7] the support z_i = v_min + i * (v_max - v_min) / (K - 1)
+    network: QNetwork
+    optimizer: optax.GradientTransformation
+
+
+def q_values(setup: Setup, params: Params, obs: jax.Array) -> jax.Array:
+    """obs [X, *obs_shape] -> the expected Q [X, A] of the network with these params."""
+    return expected_q(jax.nn.softmax(setup.network.apply(params, obs), axis=-1), setup.atoms)
+
+
+# Every schedule counts env steps (CleanRL's global_step): after step i, global_step = (i + 1) * N. i is
+# unbatched under vmap over seeds, so the lax.cond below stay real branches (a skipped one costs nothing).
+def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, StepInfo]:
+    """One C51 step: act in the N envs, store the N transitions, then maybe a gradient step and
+    maybe a target copy. index: [] int32, the step's number i (not batched over seeds)."""
+    args, spec = setup.args, setup.spec
+    key, action_key, env_key, sample_key = jax.random.split(state.key, 4)
+
+    # ACT: epsilon-greedy in the expected Q
+    exploration_steps = args.exploration_fraction * args.total_timesteps
+    epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, index * args.num_envs)
+    action = epsilon_greedy(action_key, q_values(setup, state.params, state.obs), epsilon)  # [N]
+
+    # STEP THE ENVS AND STORE THE TRANSITIONS
+    env_keys = jax.random.split(env_key, args.num_envs)  # [N, 2]
+    env_step = step_envs(spec, env_keys, state.env_state, action)  # [C51-5] the N envs, auto-reset
+    # [C51-6] the next state is the real final observation, not the auto-reset one
+    final_obs = env_step.final_obs.astype(setup.obs_dtype)  # [N, *obs_shape]
+    transitions = Transition(state.obs, action, env_step.reward, env_step.terminated, final_obs)  # [N]
+    done = jnp.logical_or(env_step.terminated, env_step.truncated)  # [N]
+    episode_return, episode_length = state.episode_return + env_step.reward, state.episode_length + 1
+    state = state._replace(
+        buffer=buffer_add(state.buffer, transitions),
+        env_state=env_step.state,
+        obs=env_step.obs.astype(setup.obs_dtype),
+        episode_return=jnp.where(done, 0.0, episode_return),
+        episode_length=jnp.where(done, 0, episode_length),
+        key=key,
+    )
+
+    # UPDATE NETWORK: [C51-14] past learning_starts, every train_frequency env steps
+    global_step = (index + 1) * args.num_envs
+    learning = global_step > args.learning_starts
+    train_now = learning & (global_step % args.train_frequency == 0)
+    no_gradient_step = lambda s, _: (s, jnp.asarray(jnp.nan), jnp.asarray(jnp.nan))
+    gradient = functools.partial(gradient_step, setup)
+    state, loss, q_mean = jax.lax.cond(train_now, gradient, no_gradient_step, state, sample_key)
+
+    # UPDATE TARGET NETWORK: [C51-13] a hard copy every target_network_frequency env steps
+    target_now = learning & (global_step % args.target_network_frequency == 0)
+    target_params = jax.lax.cond(target_now, lambda: state.params, lambda: state.target_params)
+
+    ended = lambda x: (x * done).sum().astype(jnp.float32)  # [N] -> [], summed over the episodes that ended
+    info = StepInfo(loss, q_mean, epsilon, ended(episode_return), ended(episode_length), done.sum())
+    return state._replace(target_params=target_params), info
+
+
+def gradient_step(
+    setup: Setup, state: RunnerState, key: jax.Array
+) -> tuple[RunnerState, jax.Array, jax.Array]:
+    """One Adam step on a batch sampled from the buffer: (state, cross-entropy, mean expected Q(s, a))."""
+    args, network, atoms = setup.args, setup.network, setup.atoms
+    batch = buffer_sample(state.buffer, key, args.batch_size)  # [B, ...]
+    rows = jnp.arange(args.batch_size)  # [B]
+    # [C51-12] the target is computed outside the loss: no gradient flows through it
+    next_probs = jax.nn.softmax(network.apply(state.target_params, batch.next_obs), axis=-1)  # [B, A, K]
+    # [C51-10] a' = argmax of the expected Q: the target network's (C51) or the online one's (Double)
+    chooser = state.params if args.double_dqn else state.target_params
+    next_probs = next_probs[rows, jnp.argmax(q_values(setup, chooser, batch.next_obs), axis=-1)]  # [B, K]
+    target = categorical_projection(next_probs, batch.reward, batch.terminated, args.gamma, atoms)  # [B, K]
+
+    def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
+        logits = network.apply(params, batch.obs)[rows, batch.action]  # [B, K] of the taken action
+        q_taken = expected_q(jax.nn.softmax(logits, axis=-1), atoms)  # [B]
+        return c51_loss(logits, target), q_taken.mean()
+
+    (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = setup.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return state._replace(params=params, opt_state=opt_state), loss, q_mean
+
+
+def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
+    """One iteration, one logged point: T = steps_per_iteration steps, their diagnostics reduced to
+    means. index: [] int32, the iteration's number (not batched over seeds, nor are its steps')."""
+    steps = setup.sizes.steps_per_iteration
+    step_indices = index * steps + jnp.arange(steps)  # [T]
+    state, info = jax.lax.scan(functools.partial(step, setup), state, step_indices)  # info: [T]
+    num_done = info.num_done.sum()
+    return state, Metrics(
+        episodic_return=jnp.where(num_done > 0, info.return_sum.sum() / num_done, jnp.nan),
+        episodic_length=jnp.where(num_done > 0, info.length_sum.sum() / num_done, jnp.nan),
+        loss=jnp.nanmean(info.loss),  # NaN when the iteration took no gradient step
+        q_values=jnp.nanmean(info.q_values),
+        epsilon=info.epsilon[-1],
+        gradient_steps=jnp.sum(~jnp.isnan(info.loss)).astype(jnp.float32),
+    )
+
+
+# --- Setting up: the sizes, the network, the initial state ----------------------------
+
+
+def iteration_length(total_steps: int, cap: int) -> int:
+    """Steps per iteration (cap = log_frequency // num_envs): the largest divisor of total_steps up to
+    cap if it is at least cap / 2 (the iterations tile the run), else cap (rounded down to whole ones)."""
+    cap = max(1, min(cap, total_steps))
+    pairs = ((d, total_steps // d) for d in range(1, math.isqrt(total_steps) + 1))
+    largest = max(d for pair in pairs if total_steps % pair[0] == 0 for d in pair if d <= cap)
+    return largest if 2 * largest >= cap else cap
+
+
+def build_setup(args: Args) -> Setup:
+    """Check C51's flags (ArgsError: one line naming the flag), derive the sizes, build the parts."""
+    spec = make_env(args.env_id)
+    kind = type(spec.env.action_space(spec.params)).__name__
+    use = "use vibe_rl/sac_jax.py or vibe_rl/td3_jax.py"
+    require(spec.discrete, f"--env-id {args.env_id}: C51 needs discrete actions, not {kind}; {use}")
+    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "log_frequency")
+    require_positive(args, "train_frequency", "target_network_frequency")
+    require(args.n_atoms >= 2, f"--n-atoms must be at least 2, got {args.n_atoms}")
+    require(args.v_min < args.v_max, f"--v-min {args.v_min} must be below --v-max {args.v_max}")
+    require(args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}")
+    image = len(spec.obs_shape) == 3
+    require(image or args.network != "cnn", f"--network cnn needs image observations, not {spec.obs_shape}")
+    require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
+    for flag, value in {"gamma": args.gamma, "start-e": args.start_e, "end-e": args.end_e}.items():
+        require(0 <= value <= 1, f"--{flag} must lie in [0, 1], got {value}")
+    fraction = args.exploration_fraction
+    require(0 < fraction <= 1, f"--exploration-fraction must lie in (0, 1], got {fraction}")
+    # [C51-14] the frequencies count env steps: a C51 step takes at most one gradient step
+    n = args.num_envs
+    for name in ("train_frequency", "target_network_frequency"):
+        value = getattr(args, name)
+        require(value % n == 0, f"--{name.replace('_', '-')} {value} must be a multiple of --num-envs {n}")
+    require(args.buffer_size >= n, f"--buffer-size {args.buffer_size} is smaller than --num-envs {n}")
+    require(args.total_timesteps >= n, f"--total-timesteps {args.total_timesteps} < --num-envs {n}")
+    steps = args.total_timesteps // n
+    per_iteration = iteration_length(steps, args.log_frequency // n)
+    num_iterations = steps // per_iteration
+    sizes = Sizes(per_iteration, num_iterations, num_iterations * per_iteration)
+    # [C51-2] MinAtar's 0/1 channels (float32 in gymnax) stored as uint8: a quarter of the memory
+    obs_space = spec.env.observation_space(spec.params)
+    obs_dtype = jnp.uint8 if args.env_id.endswith("MinAtar") else obs_space.dtype
+    atoms = np.linspace(args.v_min, args.v_max, args.n_atoms, dtype=np.float32)  # [K] [C51-7]
+    cnn = args.network == "cnn" or (args.network == "auto" and image)  # [C51-15]
+    # [C51-16] Adam with epsilon 0.01 / batch_size (the paper's, as CleanRL), no gradient clipping
+    optimizer = optax.adam(args.learning_rate, eps=0.01 / args.batch_size)
+    network = QNetwork(spec.action_dim, args.n_atoms, cnn)
+    return Setup(args, sizes, spec, obs_dtype, atoms, network, optimizer)
+
+
+def init_state(setup: Setup, key: jax.Array) -> RunnerState:
+    """The state of one seed before the first step."""
+    args, spec = setup.args, setup.spec
+    key, params_key, reset_key = jax.random.split(key, 3)
+    params = setup.network.init(params_key, jnp.zeros((1, *spec.obs_shape), setup.obs_dtype))
+    obs, env_state = reset_envs(spec, reset_key, args.num_envs)  # [N, *obs_shape], [N]
+    return RunnerState(
+        params=params,
+        target_params=params,  # the target network starts as the online one
+        opt_state=setup.optimizer.init(params),
+        buffer=buffer_init(args.buffer_size, spec.obs_shape, setup.obs_dtype),
+        env_state=env_state,
+        obs=obs.astype(setup.obs_dtype),  # [N, *obs_shape]
+        episode_return=jnp.zeros(args.num_envs),
+        episode_length=jnp.zeros(args.num_envs, jnp.int32),
+        key=key,
+    )
+
+
+def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    setup = build_setup(args)
+
+    def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
+        indices = jnp.arange(setup.sizes.num_iterations)
+        return jax.lax.scan(functools.partial(iteration, setup), init_state(setup, key), indices)
+
+    return train
+
+
+# ===== 6. The evaluation policy, and C51 as the run harness sees it ==================
+
+
+def greedy_action(setup: Setup, params: Params, obs: jax.Array) -> jax.Array:
+    """The evaluation policy: argmax_a of the expected Q, epsilon 0. obs [E, *obs_shape] -> actions [E]."""
+    return jnp.argmax(q_values(setup, params, obs), axis=-1)
+
+
+def make_algorithm(args: Args) -> Algorithm:
+    """C51 for the run harness (its fields are explained there); ArgsError for a bad flag."""
+    setup = build_setup(args)
+    return Algorithm(
+        name="C51",
+        sizes=setup.sizes,
+        env=setup.spec,
+        num_iterations=setup.sizes.num_iterations,
+        env_steps_per_iteration=setup.sizes.steps_per_iteration * args.num_envs,
+        init=functools.partial(init_state, setup),
+        iteration=functools.partial(iteration, setup),
+        metric_tags=METRIC_TAGS,
+        model=lambda state: state.params,  # the online network
+        act=functools.partial(greedy_action, setup),
+    )
+
+
+# ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
+# The loop's words, the same in every script: a step is one env step of every env; an iteration
+# is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
+# steps with their gradient steps); a chunk is several iterations compiled as one program, after
+# which the driver logs and checkpoints. Its speed tricks are measured in docs/benchmarks.md.
+
+import atexit
+import contextlib
+import gc
+import importlib
+import io
+import json
+import os
+import signal
+import sys
+import time
+import types
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, fields
+
+import flax.serialization
+import tyro
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from tensorboardX import SummaryWriter
+
+# --- Environments: gymnax's API for every env, Brax's included -------------------------
+
+
+class EnvSpec(NamedTuple):
+    """An environment, and what the networks need to know of it."""
+
+    env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
+    params: Any  # its EnvParams (max_steps_in_episode: the time limit)
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    discrete: bool
+    action_dim: int  # K discrete actions, or A dimensions of a Box
+    action_low: np.ndarray  # [A] (empty for discrete actions)
+    action_high: np.ndarray  # [A]
+
+
+def make_env(env_id: str) -> EnvSpec:
+    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
+    if env_id.startswith("brax/"):
+        return env_spec(*brax_env(env_id.removeprefix("brax/")))
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known = gymnax.registered_envs
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
+    return env_spec(*gymnax.make(env_id))
+
+
+def env_spec(env: Any, params: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params."""
+    from gymnax.environments import spaces
+
+    space = env.action_space(params)
+    discrete = isinstance(space, spaces.Discrete)
+    action_dim = int(space.n) if discrete else math.prod(space.shape)
+    box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
+    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
+
+
+def brax_env(name: str) -> tuple[Any, Any]:
+    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
+    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    into done and reset to a cached start, overwriting the final observation."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
+            from brax import envs
+    except ImportError:
+        raise ArgsError(
+            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
+        ) from None
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        sys = raw.sys  # the physical system, for Brax's viewer
+        action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
+        observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
+
+
+class EnvStep(NamedTuple):
+    """N envs' step, as gymnax's env.step returns it (final_obs: its info["final_observation"])."""
+
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # gymnax EnvState [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached, before the auto-reset
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], EnvState [N]."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
+    fresh episode where its episode ended."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class Conv3x3(nn.Module):
+    """nn.Conv(features, (3, 3), padding="VALID") computed as a dense layer over each pixel's 3x3
+    patch (im2col), its kernel [9C, features]: several times faster on XLA CPU."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
+
+
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
+
+
+# --- The Algorithm, the flags, JAX's start ------------------------------------------------
+
+
+class Algorithm(NamedTuple):
+    """One script's algorithm, as its make_algorithm gives it to the harness."""
+
+    name: str
+    sizes: NamedTuple  # the derived sizes, written to args.json
+    env: EnvSpec  # for the evaluation episodes and the video
+    num_iterations: int
+    env_steps_per_iteration: int  # env steps of one iteration, per seed
+    init: Callable[[jax.Array], Any]  # key -> the state of one seed
+    iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
+    model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
+    act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
+    mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
+    state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
+    chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
+
+
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+# Flags of the machine a run happens to run on: never read back from a run's args.json.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", "coordinator_address",
+    "num_processes", "process_id"}  # fmt: skip
+# Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
+RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
+    "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
+
+
+class ArgsError(ValueError):
+    """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
+
+
+def require(condition: bool, message: str) -> None:
+    """The one validation helper: every check of a flag raises ArgsError(message) through it."""
+    if not condition:
+        raise ArgsError(message)
+
+
+def require_positive(args: Args, *names: str) -> None:
+    for name, value in ((name, getattr(args, name)) for name in names):
+        require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+class Deferred(types.ModuleType):
+    """Stands in sys.modules for a module, and imports it when one of its attributes is first read."""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def start_jax(args: Args) -> None:
+    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
+        jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
+            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
+
+
+# --- Several processes (ppo_multigpu --distributed): with one process these are trivial ----
+
+
+def is_main_process() -> bool:  # process 0 alone writes the run directories
+    return jax.process_index() == 0
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def agreed(value: int, over_processes: Callable | None = None) -> int:
+    """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
+    if jax.process_count() == 1:
+        return value
+    values = multihost_utils.process_allgather(np.int32(value))  # [processes]
+    return int(values[0] if over_processes is None else over_processes(values))
+
+
+# --- Run directories and checkpoints ---------------------------------------------------------
+
+
+class Run(NamedTuple):
+    """One training of all seeds: what it writes where, and how its seeds lie on the devices."""
+
+    args: Args
+    algo: Algorithm
+    seeds: list[int]
+    dirs: list[Path]  # one run directory per seed
+    iterations_per_chunk: int
+    num_chunks: int  # every chunk has work; only the last may be partly masked
+    mesh: Mesh  # its axis "seeds" splits the seeds over the devices
+    slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
+
+
+def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    per_chunk = math.ceil(num_iterations / min(num_chunks, num_iterations))
+    return per_chunk, math.ceil(num_iterations / per_chunk)
+
+
+def args_from_json(path: Path) -> Args:
+    saved = json.loads(path.read_text())
+    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
+
+
+def resume_args(given: Args) -> Args:
+    """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
+    if given.resume is None:
+        return given
+    record = Path(given.resume) / "args.json"
+    require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
+    args, defaults = args_from_json(record), Args()
+    for name in (f.name for f in fields(Args)):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
+            setattr(args, name, value)
+        conflict = (
+            f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
+        )
+        require(value in (default, before) or name in RESUME_MAY_CHANGE, conflict)
+    return args
+
+
+def open_run(args: Args) -> Run:
+    """Check the flags, then make a new run's directories (one per seed; args.json holds the Args,
+    the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
+    require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
+    require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
+    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar and Brax, write_video
+        drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
+        needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
+        require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
+    if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
+        import wandb
+
+        try:
+            wandb.login(verify=False)  # offline and disabled modes need no key
+        except wandb.errors.UsageError as error:
+            raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
+    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
+    mesh = algo.mesh
+    if mesh is None:  # the fewest devices that spread the seeds most evenly
+        per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
+        devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
+        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
+    slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, args.num_chunks), mesh, slots)
+    if args.resume is not None:  # found through args.json, whatever the directories are called now
+        record = json.loads((Path(args.resume) / "args.json").read_text())
+        dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
+        dirs[seeds.index(record["run_seed"])] = Path(args.resume)
+        missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
+        require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
+        return run._replace(dirs=dirs)
+    stamp = agreed(int(time.time()))
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    for seed, name in zip(seeds, names, strict=True):
+        if is_main_process():
+            (Path(args.output_dir) / name).mkdir(parents=True)
+            record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
+            record["sizes"] = algo.sizes._asdict()
+            (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
+    return run._replace(dirs=[Path(args.output_dir) / name for name in names])
+
+
+def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
+    """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
+    place); then all but the two newest are deleted. A crash always leaves one that reads."""
+    path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
+    path.parent.mkdir(exist_ok=True)
+    record = {"iterations": iterations_done, "state": state_of_seed}
+    path.with_name(path.name + ".tmp").write_bytes(flax.serialization.to_bytes(record))
+    os.replace(path.with_name(path.name + ".tmp"), path)
+    for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
+        old.unlink()
+
+
+def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
+    """(iterations done, the state of one seed); ValueError when the file does not read as one."""
+    try:
+        saved = flax.serialization.msgpack_restore(path.read_bytes())
+        restored = flax.serialization.from_state_dict({"iterations": 0, "state": template}, saved)
+    except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
+        raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
+        raise ValueError(f"{path}: its arrays do not fit this run's state")
+    return int(restored["iterations"]), restored["state"]
+
+
+def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    if run.args.resume is None:
+        return 0, None
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    names = {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}
+    errors = []
+    for name in sorted(names, reverse=True):
+        try:
+            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
+            return loaded[0][0], [state for _, state in loaded]
+        except ValueError as error:
+            errors.append(str(error))
+    reasons = "; ".join(errors) or "there is none"
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
+
+
+# --- The compiled programs: init, one chunk, the evaluation --------------------------------
+
+
+def seeds_program(
+    per_seed: Callable, inputs: tuple, in_axes: Any = 0, level: int | None = None, **jit: Any
+) -> Any:
+    """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
+    the inputs' shapes at XLA's backend optimisation level `level` (None: XLA's default)."""
+    lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
+    return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
+
+
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
+
+
+def pad_seeds(tree: Any, slots: int) -> Any:  # [S, ...] -> [slots, ...], repeating the seeds
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def seed_keys(run: Run) -> np.ndarray:  # [slots, 2]: each seed's jax.random.PRNGKey(seed)
+    return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+
+
+def seed_slice(tree: Any, i: int) -> Any:  # leaves [S, ...] -> seed i's
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def initial_state(run: Run, restored: list[Any] | None) -> Any:
+    """Every seed's state on the devices, leaves [slots, ...]: new (init) or restored. The seed axis
+    lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
+    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
+    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    if restored is None:
+        keys = seed_keys(run)
+        return seeds_program(run.algo.init, (keys,), level=RUNS_ONCE, out_shardings=shardings)(keys)
+    host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
+    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
+
+
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
+    """per_chunk iterations of one seed from iteration `first`; those past the end (last chunk) are
+    skipped, their metrics NaN. first is not batched over seeds, so the skip stays a real branch."""
+    metrics = jax.eval_shape(algo.iteration, state, first)[1]
+    skip = lambda s, index: (s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, algo.iteration, skip, s, index)
+    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
+
+
+def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
+    """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
+    The state is not donated: on XLA CPU that made the chunks slower."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
+    jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
+    level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
+    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
+    seconds, steps = time.perf_counter() - start, run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    if is_main_process():
+        where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+        print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
+    return compiled
+
+
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
+    """(state, keys [slots, 2]) -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    evaluate = lambda s, key: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
+    return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
+
+
+# --- The driver: chunks, and the outputs written between them ------------------------------
+
+
+@contextlib.contextmanager
+def stop_signals_caught() -> Iterator[list[int]]:
+    """Inside, Ctrl-C and SIGTERM are remembered (in the list it yields), not raised."""
+    received: list[int] = []
+
+    def remember(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[int]) -> tuple[Any, list]:
+    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
+    returns), the driver writes out the one before: the non-finite check, the logs, the
+    checkpoints, a progress line, and a clean exit if a stop signal came (the chunk in flight is
+    then dropped: a resume runs it again)."""
+    algo, per_chunk, per_iteration = run.algo, run.iterations_per_chunk, run.algo.env_steps_per_iteration
+    steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
+    loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
+    for index in range(done // per_chunk, run.num_chunks):
+        state, metrics = in_flight
+        first = index * per_chunk
+        if index + 1 < run.num_chunks:
+            in_flight = chunk(state, np.int32(first + per_chunk))
+        num_valid = min(per_chunk, algo.num_iterations - first)
+        # [S, I]: the real seeds (not the padding), the iterations that ran
+        metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
+        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+        host_state, step = to_host(state), (first + num_valid) * per_iteration
+        if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+            where = f"between steps {first * per_iteration:,} and {step:,}"
+            kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
+        for i, logger in enumerate(loggers):
+            for j in range(num_valid):
+                values = {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
+                rate = {"charts/SPS": sps} if j == num_valid - 1 else {}  # once per chunk
+                logger.log((first + j + 1) * per_iteration, values | rate)
+            logger.flush()
+            save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
+        latest, elapsed = (
+            np.nanmean(recent) if np.isfinite(recent).any() else np.nan,
+            time.perf_counter() - start,
+        )
+        if is_main_process():
+            bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
+            print(f"{line} | {elapsed:6.1f}s", flush=True)
+        if agreed(len(stop), max) and index < run.num_chunks - 1:  # a signal to any process stops all
+            for logger in loggers:
+                logger.close()
+            if is_main_process():
+                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+                print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+            sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    if is_main_process():
+        steps, seconds = total - steps_at_start, time.perf_counter() - start
+        rate = f"{steps / seconds:,.0f} SPS per seed"
+        print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
+    return state, loggers
+
+
+class RunLogger:
+    """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
+
+    def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
+        jsonl = run_dir / "metrics.jsonl"
+        if jsonl.exists():  # resumed: drop what the run logged after its checkpoint
+            lines = jsonl.read_text().splitlines(keepends=True)
+            jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step))
+        # purge_step: TensorBoard hides the events written after the checkpoint, as above
+        self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
+        self.jsonl = open(jsonl, "a")  # noqa: SIM115 (open for the whole run)
+        self.wandb_run = None
+        if args.track:
+            import wandb
+
+            record = json.loads((run_dir / "args.json").read_text())
+            names = {
+                "project": args.wandb_project_name,
+                "entity": args.wandb_entity,
+                "name": record["run_name"],
+            }
+            resume = {"id": record["run_name"], "resume": "allow", "reinit": "create_new"}
+            self.wandb_run = wandb.init(**names, **resume, dir=str(run_dir), config=record)
+
+    def log(self, global_step: int, values: dict[str, float]) -> None:
+        values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step)
+        if values:
+            self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
+            if self.wandb_run is not None:
+                self.wandb_run.log({**values, "global_step": global_step})
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self.jsonl.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.jsonl.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+# --- Evaluation and the outputs of a finished run ------------------------------------------
+
+
+class EvalResult(NamedTuple):
+    returns: jax.Array  # [E] the return of each evaluation episode
+    lengths: jax.Array  # [E]
+    first_episode: Any  # gymnax EnvState [T_max]: episode 0's states, for the video
+
+
+class EvalCarry(NamedTuple):
+    env_state: Any  # [E]
+    obs: jax.Array  # [E, *obs_shape]
+    returns: jax.Array  # [E]
+    lengths: jax.Array  # [E]
+    running: jax.Array  # [E] bool: the episode has not ended yet
+    key: jax.Array
+
+
+def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
+    zeros = jnp.zeros(num_episodes)
+    carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key)
+
+    def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+        key, step_key = jax.random.split(c.key)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs))
+        running = c.running & ~(out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        return EvalCarry(out.state, out.obs, returns, lengths, running, key), seed_slice(c.env_state, 0)
+
+    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
+    return EvalResult(carry.returns, carry.lengths, first_episode)
+
+
+def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    returns, summary = np.asarray(returns, np.float64), {"lengths": np.asarray(lengths).tolist()}
+    stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
+    return {"returns": returns.tolist(), **summary, **stats}
+
+
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
+    """The final deterministic evaluation of every seed in one program (compile_evaluate's); then
+    each seed's eval.json, learning curve and, on request, model file and video."""
+    algo, args = run.algo, run.args
+    keys = np.asarray(jax.vmap(jax.random.fold_in, (0, None))(seed_keys(run), 1))  # not the training's
+    result = to_host(evaluate(state, keys))
+    models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
+    for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
+        summary = eval_summary(result.returns[i], result.lengths[i])
+        summary["global_step"] = algo.num_iterations * algo.env_steps_per_iteration
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        logger.close()
+        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}")
+        if models is not None:  # --save-model
+            model = flax.serialization.to_bytes(seed_slice(models, i))
+            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
+        if args.capture_video:
+            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+
+
+def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
+    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically.
+
+    >>> evaluate_saved_model("runs/CartPole-v1__my_experiment__1__1700000000")["mean"]
+    """
+    args = args_from_json(Path(run_dir) / "args.json")
+    algo = make_algorithm(args)
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    model = flax.serialization.from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    result = jax.jit(functools.partial(evaluate_episodes, algo, episodes))(model, jax.random.PRNGKey(seed))
+    return eval_summary(result.returns, result.lengths)
+
+
+def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_returns(run_dir: Path, title: str) -> None:
+    """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
+    plt = import_pyplot()
+    points = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    points = [p for p in points if "charts/episodic_return" in p]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["global_step"] for p in points], [p["charts/episodic_return"] for p in points])
+    ax.set(xlabel="environment steps", ylabel="episodic return (training)", title=title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "episodic_return.png", dpi=100)
+    plt.close(fig)
+
+
+def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
+    """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
+    grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), env_states) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
+            np.uint8
+        )
+        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    import gymnasium
+    from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+    gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+    gym_env.reset(seed=0)
+    set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
+    frames = []
+    for state in states:
+        gym_env.unwrapped.state = get_gym_state(state, env_id)
+        if env_id == "Pendulum-v1":  # the torque arrow
+            gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+        frames.append(gym_env.render())
+    gym_env.close()
+    return frames
+
+
+def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
+    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    folder.mkdir(parents=True, exist_ok=True)
+    length = summary["lengths"][0]
+    if env_id.startswith("brax/"):
+        from brax.io import html
+
+        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    else:
+        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
+
+
+def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    """One palette for the whole episode, from a sample of its frames (PIL's default searches one
+    per frame: seconds per video)."""
+    from PIL import Image
+
+    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
+    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+
+
+def main() -> None:
+    """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
+    atexit.register(gc.freeze)
+    args = tyro.cli(Args)
+    start_jax(args)
+    try:  # every bad input is reported here, in one line, before anything compiles
+        run = open_run(resume_args(args))
+        done, restored = restore_checkpoints(run)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The evaluation compiles, and pyplot
+    # imports, in a thread while the chunks run (XLA works outside Python's lock).
+    with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
+        state = initial_state(run, restored)
+        chunk = compile_chunk(run, state)
+        evaluate = pool.submit(compile_evaluate, run, state)
+        pool.submit(import_pyplot)
+        state, loggers = train_chunks(run, chunk, state, done, stop)
+    finish_run(run, state, loggers, evaluate.result())
+
+
+if __name__ == "__main__":
+    main()
