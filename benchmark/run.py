@@ -77,10 +77,11 @@ class Entry:
     seeds: int
     timeout: float
     flags: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""  # tells apart two entries of one script and env (e.g. "masked")
 
     @property
     def name(self) -> str:
-        return Path(self.script).stem
+        return Path(self.script).stem + (f" ({self.variant})" if self.variant else "")
 
 
 def load_suite(path: Path = SUITE) -> dict[str, Any]:
@@ -125,6 +126,7 @@ def select_entries(
                 timeout=timeout
                 or over.get("timeout", raw.get("timeout", defaults.get(prefix + "timeout", 3600))),
                 flags={**raw.get("flags", {}), **over.get("flags", {})},
+                variant=raw.get("variant", ""),
             )
         )
     return entries
@@ -238,7 +240,8 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 
 def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     """Run one entry, read it back, and judge it against its threshold."""
-    tag = f"{entry.name}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
+    tag = f"{Path(entry.script).stem}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
+    tag += f"__{entry.variant}" if entry.variant else ""
     flags = [
         "--env-id",
         entry.env,
@@ -249,7 +252,7 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         "--num-seeds",
         str(entry.seeds),
         "--exp-name",
-        entry.name,
+        Path(entry.script).stem,
         *flag_list(entry.flags),
     ]
     outcome = launch(

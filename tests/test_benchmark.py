@@ -99,7 +99,7 @@ def test_suite_file_parses_and_covers_the_issue():
 def test_select_entries_filters_and_overrides():
     suite = bench.load_suite()
     ppo = bench.select_entries(suite, quick=False, algos=["ppo"], envs=["CartPole-v1"], seeds=5, timeout=7)
-    assert {e.name for e in ppo} == {"ppo_jax_scan", "ppo_multigpu"}
+    assert {e.name for e in ppo} == {"ppo_jax_scan", "ppo_multigpu", "ppo_rnn_jax", "ppo_rnn_jax (masked)"}
     assert all(e.seeds == 5 and e.timeout == 7 and e.env == "CartPole-v1" for e in ppo)
     (dqn,) = bench.select_entries(suite, quick=True, algos=["dqn_jax"])
     assert dqn.flags["learning-starts"] < 10_000  # the quick table's flags override the full ones
@@ -215,7 +215,8 @@ def test_harness_runs_as_python_dash_m(tmp_path):
 
 @pytest.mark.slow
 def test_quick_preset_on_ppo_passes(tmp_path):
-    code = bench.main(["--quick", "--algos", "ppo_jax_scan", "--out", str(tmp_path), "--no-seed-scaling"])
+    flags = ["--quick", "--algos", "ppo_jax_scan", "--envs", "CartPole-v1", "--no-seed-scaling"]
+    code = bench.main([*flags, "--out", str(tmp_path)])
     report = json.loads((tmp_path / "results.json").read_text())
     assert code == 0, (tmp_path / "results.md").read_text()
     (entry,) = report["entries"]

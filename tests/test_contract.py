@@ -249,6 +249,24 @@ SCRIPTS = {
         ],
         budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
     ),
+    "ppo_rnn_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4, hidden_size=16
+        ),
+        non_finite=flags(learning_rate=1e38, max_grad_norm=1e38),
+        stop_signal=signal.SIGINT,
+        bad_inputs=[
+            (flags(num_minibatches=3), "--num-minibatches 3 must divide --num-envs 4 (whole sequences)"),
+            (flags(update_epochs=-1), "--update-epochs must be a positive integer"),
+            (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
+            (flags(gamma=1.5), "--gamma and --gae-lambda must lie in [0, 1]"),
+            (flags(env_id="Acrobot-v1") + ["--mask-velocity"], "--mask-velocity needs --env-id CartPole-v1"),
+        ],
+        budgets=lambda total, num_envs: dict(
+            total_timesteps=total, num_envs=num_envs, num_steps=16, num_minibatches=1
+        ),
+    ),
     "ppo_multigpu": Contract(
         env_id="CartPole-v1",
         run=flags(num_envs=4, num_steps=16, total_timesteps=64 * 30, num_chunks=30, eval_episodes=4),

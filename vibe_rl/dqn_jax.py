@@ -666,10 +666,13 @@ class Algorithm(NamedTuple):
     iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
     metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
     model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
-    act: Callable[[Any, jax.Array], jax.Array]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]
+    act: Callable[..., Any]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]; with act_init, below
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
     state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
     chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
+    # a recurrent policy: (model, E) -> its carry at the episodes' start; act is then
+    # (model, obs, carry) -> (greedy actions, carry)
+    act_init: Callable[[Any, int], Any] | None = None
 
 
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
@@ -1076,21 +1079,26 @@ class EvalCarry(NamedTuple):
     lengths: jax.Array  # [E]
     running: jax.Array  # [E] bool: the episode has not ended yet
     key: jax.Array
+    policy: Any  # act's carry (a recurrent policy's hidden state), or None
 
 
 def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
     """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
     spec, (reset_key, key) = algo.env, jax.random.split(key)
     obs, env_state = reset_envs(spec, reset_key, num_episodes)
-    zeros = jnp.zeros(num_episodes)
-    carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key)
+    zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
+    carry = EvalCarry(
+        env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key, policy
+    )
 
     def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
         key, step_key = jax.random.split(c.key)
-        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, algo.act(model, c.obs))
+        action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
         running = c.running & ~(out.terminated | out.truncated)
         returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
-        return EvalCarry(out.state, out.obs, returns, lengths, running, key), seed_slice(c.env_state, 0)
+        carry = EvalCarry(out.state, out.obs, returns, lengths, running, key, policy)
+        return carry, seed_slice(c.env_state, 0)
 
     carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
     return EvalResult(carry.returns, carry.lengths, first_episode)

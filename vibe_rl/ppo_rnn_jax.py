@@ -1,0 +1,1459 @@
+"""PPO with a GRU core for partially observed tasks, the whole training compiled with jax.lax.scan.
+
+Algorithm: PPO (Schulman et al. 2017, arXiv:1707.06347) with the implementation details of
+Huang et al. 2022 ("The 37 Implementation Details of PPO"; its LSTM detail is the model here),
+and a recurrent core in the manner of PureJaxRL's ppo_rnn.py (Lu et al. 2022): an embedding,
+flax's GRUCell, then a policy head and a value head. A recurrent PPO is wrong in four places
+where a feed-forward one cannot be, tagged `# [RNN-1]` to `# [RNN-4]`: the hidden state's reset
+at every episode start; the update re-running the core from the rollout's stored initial state;
+minibatches of whole env sequences; the bootstrap value at a time limit. The PPO details keep
+ppo_jax_scan.py's tags `[PPO-n]`. docs/ppo_rnn_jax.md explains all of them. Discrete actions get
+a Categorical policy; continuous actions a diagonal Gaussian with a state-independent log-std.
+
+Run `python vibe_rl/ppo_rnn_jax.py --env-id CartPole-v1 --mask-velocity` (CartPole without its
+velocities). It writes runs/{env_id}__{exp_name}__{seed}__{unix_time}/: args.json, TensorBoard
+events, metrics.jsonl, checkpoints/, eval.json, episodic_return.png; {exp_name}.flax with
+--save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
+
+How to read this file:
+    1-3  Args, the network (one step of the recurrent agent), the state (NamedTuples, a shape
+         on every field).
+    4    the math as small pure functions: observe, compute_gae, policy_loss_fn, value_loss_fn.
+    5    training. `unroll` runs the core over a sequence. `iteration` is one PPO iteration:
+         `rollout` (num_steps steps of num_envs envs, carrying the hidden state), GAE, then
+         update_epochs of `sgd_epoch` over minibatches of whole env sequences. `make_train(args)`
+         returns the whole training as one pure function train(key).
+    6    the evaluation policy (greedy, carrying its hidden state), and `make_algorithm`.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env and
+    env_spec (an EnvSpec: a gymnax env and its spaces), reset_envs and step_envs (gymnax's reset
+    and step for N envs), one_seed_at_a_time (the init under vmap), require and require_positive
+    (a flag's check). The rest of the harness is the machinery every vibe_rl script shares,
+    word for word. Stop reading there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.linen.initializers import constant, orthogonal
+
+# ===== 1. Arguments ==================================================================
+
+
+@dataclass
+class Args:
+    # PPO (PureJaxRL ppo_rnn.py's CartPole config: 4 envs x 128 steps, 4 minibatches of whole sequences)
+    env_id: str = "CartPole-v1"
+    """the id of the environment (a gymnax id)"""
+    total_timesteps: int = 500_000
+    """total environment steps of the training, per seed (rounded down to whole iterations)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel environments (a multiple of --num-minibatches)"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout (the sequence length)"""
+    anneal_lr: bool = True
+    """linearly anneal the learning rate to 0 over the training"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda of generalized advantage estimation"""
+    num_minibatches: int = 4
+    """the number of minibatches per epoch; each holds num_envs / num_minibatches whole sequences"""
+    update_epochs: int = 4
+    """the number of epochs over the rollout per iteration"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss around the old values"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum global norm of the gradient"""
+    target_kl: float | None = None
+    """skip the remaining epochs of an iteration once approx_kl exceeds this"""
+    hidden_size: int = 128
+    """width of the embedding, of the GRU's hidden state and of the heads' hidden layers"""
+    mask_velocity: bool = False
+    """CartPole-v1 without its velocities: observations 1 (cart) and 3 (pole) are zeroed"""
+    prev_action_reward: bool = False
+    """RL^2 input: the previous action (one-hot) and reward follow the observation into the core"""
+
+    # The run and the machine: the same flags in every vibe_rl script
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment (part of the run directory's name)"""
+    seed: int = 1
+    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
+    num_seeds: int = 1
+    """independent runs trained together in one program, sharded over the devices"""
+    track: bool = False
+    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "vibe_rl"
+    """the wandb project name"""
+    wandb_entity: str | None = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """write videos/eval.gif: one deterministic evaluation episode"""
+    save_model: bool = False
+    """write the final parameters to {run_dir}/{exp_name}.flax"""
+    output_dir: str = "runs"
+    """parent directory of the run directories"""
+    resume: str | None = None
+    """continue the run stored in this run directory from its newest readable checkpoint"""
+    num_chunks: int = 10
+    """the training runs as this many compiled chunks; logs and checkpoints between them"""
+    eval_episodes: int = 32
+    """episodes of the final deterministic evaluation (run in parallel)"""
+    cpu_devices: int = 0
+    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
+    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
+    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
+
+
+# ===== 2. Networks ===================================================================
+
+
+def dense(width: int, gain: float) -> nn.Dense:
+    """[PPO-2] orthogonal initialisation with the given gain, zero bias."""
+    return nn.Dense(width, kernel_init=orthogonal(gain), bias_init=constant(0.0))
+
+
+class RecurrentAgent(nn.Module):
+    """One step of the agent: (hidden [..., H], obs [..., obs_dim], episode_start [...]) ->
+    (hidden [..., H], policy head out [..., K or A], value [...]).
+
+    Actor and critic share the embedding and the GRU (as PureJaxRL's ppo_rnn.py and CleanRL's
+    ppo_atari_lstm.py do): what the policy must remember is what the value needs, and one core
+    is one recurrent pass per step; each has its own head."""
+
+    spec: EnvSpec
+    hidden_size: int = 128
+
+    @nn.compact
+    def __call__(
+        self, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        # [RNN-1] an episode starts from the initial hidden state (zeros), never from the last one's
+        hidden = jnp.where(episode_start[..., None], 0.0, hidden)
+        x = nn.tanh(dense(self.hidden_size, np.sqrt(2))(obs))  # [..., H] the embedding
+        hidden, x = nn.GRUCell(self.hidden_size)(hidden, x)  # flax's defaults: lecun / orthogonal init
+        actor = nn.tanh(dense(self.hidden_size, np.sqrt(2))(x))
+        out = dense(self.spec.action_dim, 0.01)(actor)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
+        critic = nn.tanh(dense(self.hidden_size, np.sqrt(2))(x))
+        value = dense(1, 1.0)(critic)[..., 0]  # [PPO-2] value head gain 1.0
+        if not self.spec.discrete:  # [PPO-14] state-independent log-std, initialised to 0 (std 1)
+            self.param("log_std", constant(0.0), (self.spec.action_dim,))
+        return hidden, out, value
+
+
+def policy_of(spec: EnvSpec, params: Params, out: jax.Array) -> distrax.Distribution:
+    """The policy pi(.|history) from the head's output [..., K or A]: logits, or the Gaussian's mean."""
+    if spec.discrete:
+        return distrax.Categorical(logits=out)
+    std = jnp.exp(params["params"]["log_std"])  # [A]
+    return distrax.MultivariateNormalDiag(out, jnp.broadcast_to(std, out.shape))
+
+
+# ===== 3. State ======================================================================
+
+Params = Any  # a flax parameter pytree
+
+
+class RunnerState(NamedTuple):
+    """Everything the training carries from one iteration to the next (and checkpoints)."""
+
+    params: Params
+    opt_state: optax.OptState
+    env_state: Any  # gymnax EnvState, batched over envs [N]
+    obs: jax.Array  # [N, obs_dim] current observations, as the agent sees them (observe)
+    hidden: jax.Array  # [N, H] the core's state after the last step (before any reset)
+    episode_start: jax.Array  # [N] bool: obs is the first observation of an episode
+    episode_return: jax.Array  # [N] undiscounted return of the running episode
+    episode_length: jax.Array  # [N]
+    key: jax.Array
+
+
+class Transition(NamedTuple):
+    """One environment step of the rollout; the scan stacks these to [T, N, ...]."""
+
+    obs: jax.Array  # [N, obs_dim] the observation the action was taken in
+    episode_start: jax.Array  # [N] bool: obs began an episode (the hidden state was reset)
+    hidden: jax.Array  # [N, H] the core's state after reading obs
+    action: jax.Array  # [N] (discrete) or [N, A] (continuous, before clipping)
+    log_prob: jax.Array  # [N] log pi_old(action | history)
+    value: jax.Array  # [N] V_old(history)
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: true end of the episode, no bootstrap
+    truncated: jax.Array  # [N] bool: time limit reached, bootstrap from final_obs
+    final_obs: jax.Array  # [N, obs_dim] observation reached, before auto-reset
+    episode_return: jax.Array  # [N] return of the episode that ended here (where done)
+    episode_length: jax.Array  # [N]
+
+
+class RolloutRandomness(NamedTuple):
+    """The rollout's random numbers, drawn before it; the scan slices one step [N, ...] at a time."""
+
+    action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
+    env_keys: jax.Array  # [T, N, 2] a key for each env's step
+
+
+# ===== 4. The algorithm's math: small pure functions =================================
+
+
+def observe(obs: jax.Array, mask_velocity: bool) -> jax.Array:
+    """[N, *obs_shape] -> [N, obs_dim] float: what the agent sees. With mask_velocity (CartPole-v1:
+    x, x_dot, theta, theta_dot), the velocities are zeroed: position and angle alone."""
+    obs = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+    return obs * jnp.array([1.0, 0.0, 1.0, 0.0]) if mask_velocity else obs
+
+
+# The done convention, used by compute_gae and by the rollout:
+#   terminated[t]: the episode truly ended at step t (the MDP stops): no bootstrap, the
+#                  value after it is 0.
+#   truncated[t]:  the time limit cut the episode at step t; the state it reached still
+#                  has a value, V(final_obs[t]), read before gymnax's auto-reset.
+#   Either way obs[t+1] is the first observation of a new episode, so the recursion of
+#   the advantage stops at t. If both are set, termination wins.
+def compute_gae(
+    rewards: jax.Array,
+    values: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    final_values: jax.Array,
+    last_value: jax.Array,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[jax.Array, jax.Array]:
+    """[PPO-5] Generalised advantage estimation over one rollout.
+
+    rewards, values, terminated, truncated, final_values: [T, N]; last_value: [N], the
+    value of the observation after the last step. Returns (advantages, returns), [T, N].
+    """
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
+    # value of what followed step t inside the same episode
+    next_values = jnp.where(truncated, final_values, next_values)  # [RNN-4] time limits
+    next_values = jnp.where(terminated, 0.0, next_values)
+    episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
+    deltas = rewards + gamma * next_values - values  # [T, N]
+
+    def gae_step(
+        advantage_after: jax.Array, step: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
+        delta, continues = step  # [N], [N]
+        advantage = delta + gamma * gae_lambda * continues * advantage_after
+        return advantage, advantage
+
+    inputs = (deltas, episode_continues)
+    _, advantages = jax.lax.scan(gae_step, jnp.zeros_like(last_value), inputs, reverse=True)
+    return advantages, advantages + values
+
+
+def policy_loss_fn(
+    new_log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array, clip_coef: float, norm_adv: bool
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """[PPO-8] clipped surrogate objective, negated; all inputs of one shape ([T, N/M] here).
+
+    Returns (loss, old_approx_kl, approx_kl, clipfrac); the last three are diagnostics.
+    """
+    if norm_adv:  # [PPO-7] normalise advantages per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    log_ratio = new_log_prob - old_log_prob
+    ratio = jnp.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    loss = jnp.maximum(unclipped, clipped).mean()
+    # [PPO-12] debug variables: KL estimators (Schulman's k1 and k3) and clip fraction
+    old_approx_kl = (-log_ratio).mean()
+    approx_kl = ((ratio - 1.0) - log_ratio).mean()
+    clipfrac = (jnp.abs(ratio - 1.0) > clip_coef).mean()
+    return loss, old_approx_kl, approx_kl, clipfrac
+
+
+def value_loss_fn(
+    new_values: jax.Array, old_values: jax.Array, targets: jax.Array, clip_coef: float, clip: bool
+) -> jax.Array:
+    """[PPO-9] value loss 0.5 * (V - target)^2, optionally clipped around the old values. -> []."""
+    unclipped = (new_values - targets) ** 2
+    if not clip:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + jnp.clip(new_values - old_values, -clip_coef, clip_coef)
+    return 0.5 * jnp.maximum(unclipped, (clipped_values - targets) ** 2).mean()
+
+
+def explained_variance(predicted: jax.Array, target: jax.Array) -> jax.Array:
+    """[PPO-12] 1 - Var(target - predicted) / Var(target); NaN when the target is constant."""
+    var_target = jnp.var(target)
+    return jnp.where(var_target == 0, jnp.nan, 1.0 - jnp.var(target - predicted) / var_target)
+
+
+def annealed_learning_rate(args: Args, iteration: jax.Array, num_iterations: int) -> jax.Array:
+    """[PPO-4] linear decay from learning_rate at iteration 0 towards 0 at the end."""
+    if not args.anneal_lr:
+        return jnp.asarray(args.learning_rate, jnp.float32)
+    return args.learning_rate * (1.0 - iteration / num_iterations)
+
+
+def env_minibatches(key: jax.Array, num_envs: int, num_minibatches: int) -> jax.Array:
+    """[RNN-3] shuffled env indices [M, N/M]: each minibatch is N/M envs' whole sequences. Time is
+    never split: the core must re-read each sequence from its start to rebuild its hidden states."""
+    return jax.random.permutation(key, num_envs).reshape(num_minibatches, -1)
+
+
+# ===== 5. Training: rollout, update, make_train ======================================
+
+
+class Sizes(NamedTuple):
+    """The sizes derived from Args, in this one place (never command-line flags)."""
+
+    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
+    envs_per_minibatch: int  # N / num_minibatches: whole sequences per minibatch
+    num_iterations: int  # total_timesteps // B
+
+
+class Setup(NamedTuple):
+    """Everything built once from Args (by build_setup, below); every function of this section takes it."""
+
+    args: Args
+    sizes: Sizes
+    spec: EnvSpec
+    agent: RecurrentAgent
+    optimizer: optax.GradientTransformation
+
+
+def unroll(
+    setup: Setup, params: Params, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The core scanned over a sequence from hidden [N, H]: obs [T, N, obs_dim], episode_start
+    [T, N] -> (hidden states [T, N, H], head outputs [T, N, K or A], values [T, N])."""
+
+    def step(h: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple]:
+        h, out, value = setup.agent.apply(params, h, *inputs)
+        return h, (h, out, value)
+
+    return jax.lax.scan(step, hidden, (obs, episode_start))[1]
+
+
+def rollout_step(
+    setup: Setup, state: RunnerState, randomness: RolloutRandomness
+) -> tuple[RunnerState, Transition]:
+    """Act once in the N environments, carrying the hidden state. Parameters stay fixed."""
+    args, spec = setup.args, setup.spec
+    hidden, out, value = setup.agent.apply(state.params, state.hidden, state.obs, state.episode_start)
+    policy = policy_of(spec, state.params, out)
+    if spec.discrete:  # a sample of pi: argmax(logits + Gumbel noise), the Gumbel-max trick
+        action = jnp.argmax(out + randomness.action_noise, axis=-1)  # [N]
+    else:  # a sample of N(mean, std^2): mean + std * standard normal noise
+        action = policy.loc + policy.scale_diag * randomness.action_noise  # [N, A]
+    # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
+    env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
+    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)  # [PPO-1] N envs
+    done = jnp.logical_or(step.terminated, step.truncated)  # [N]
+    episode_return = state.episode_return + step.reward
+    episode_length = state.episode_length + 1
+    transition = Transition(
+        obs=state.obs,
+        episode_start=state.episode_start,
+        hidden=hidden,
+        action=action,
+        log_prob=policy.log_prob(action),
+        value=value,
+        reward=step.reward,
+        terminated=step.terminated,
+        truncated=step.truncated,
+        final_obs=observe(step.final_obs, args.mask_velocity),
+        episode_return=episode_return,
+        episode_length=episode_length,
+    )
+    state = state._replace(
+        env_state=step.state,
+        obs=observe(step.obs, args.mask_velocity),
+        hidden=hidden,  # kept as it is: the next step resets it where episode_start
+        episode_start=done,  # [RNN-1] where this step ended an episode, the next begins one
+        episode_return=jnp.where(done, 0.0, episode_return),
+        episode_length=jnp.where(done, 0, episode_length),
+    )
+    return state, transition
+
+
+def rollout(setup: Setup, state: RunnerState) -> tuple[RunnerState, Transition]:
+    """num_steps steps of the N envs: the trajectory [T, N, ...]."""
+    # The rollout's random numbers in one batched draw each: cheaper than T small draws.
+    key, action_key, env_key = jax.random.split(state.key, 3)
+    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, K or A]
+    draw = jax.random.gumbel if setup.spec.discrete else jax.random.normal
+    randomness = RolloutRandomness(draw(action_key, shape), jax.random.split(env_key, shape[:2]))
+    return jax.lax.scan(functools.partial(rollout_step, setup), state._replace(key=key), randomness)
+
+
+class Batch(NamedTuple):
+    """What the minibatch gradient steps read: whole sequences, env-major (leading axis [N])."""
+
+    initial_hidden: jax.Array  # [N, H] the hidden state the rollout started from
+    obs: jax.Array  # [N, T, obs_dim]
+    episode_start: jax.Array  # [N, T]
+    action: jax.Array  # [N, T] or [N, T, A]
+    log_prob: jax.Array  # [N, T] log pi_old
+    value: jax.Array  # [N, T] old value estimates
+    advantage: jax.Array  # [N, T]
+    target: jax.Array  # [N, T] returns = advantage + value
+
+
+class LossInfo(NamedTuple):
+    value_loss: jax.Array
+    policy_loss: jax.Array
+    entropy: jax.Array
+    old_approx_kl: jax.Array
+    approx_kl: jax.Array
+    clipfrac: jax.Array
+
+
+def loss_fn(setup: Setup, params: Params, batch: Batch) -> tuple[jax.Array, LossInfo]:
+    """The PPO loss of a minibatch of whole sequences (leading axis [N/M])."""
+    args = setup.args
+    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # [N/M, T, ...] -> [T, N/M, ...]
+    # [RNN-2] re-run the core over each whole sequence from the stored initial state, with the
+    # rollout's resets: with the rollout's parameters this gives its log-probs and values again
+    _, out, new_values = unroll(
+        setup, params, batch.initial_hidden, time_major(batch.obs), time_major(batch.episode_start)
+    )
+    policy = policy_of(setup.spec, params, out)
+    new_log_prob = policy.log_prob(time_major(batch.action))  # [T, N/M]
+    policy_loss, old_approx_kl, approx_kl, clipfrac = policy_loss_fn(
+        new_log_prob, time_major(batch.log_prob), time_major(batch.advantage), args.clip_coef, args.norm_adv
+    )
+    value_loss = value_loss_fn(
+        new_values, time_major(batch.value), time_major(batch.target), args.clip_coef, args.clip_vloss
+    )
+    entropy = policy.entropy().mean()  # [PPO-10] entropy bonus
+    loss = policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss
+    return loss, LossInfo(value_loss, policy_loss, entropy, old_approx_kl, approx_kl, clipfrac)
+
+
+class EpochCarry(NamedTuple):
+    params: Params
+    opt_state: optax.OptState
+    learning_rate: jax.Array  # []
+    key: jax.Array
+    kl_exceeded: jax.Array  # [] bool, set once an epoch ends with approx_kl > target_kl
+
+
+def minibatch_step(setup: Setup, carry: EpochCarry, minibatch: Batch) -> tuple[EpochCarry, LossInfo]:
+    grads, info = jax.grad(functools.partial(loss_fn, setup), has_aux=True)(carry.params, minibatch)
+    updates, opt_state = setup.optimizer.update(grads, carry.opt_state, carry.params)
+    # [PPO-4] Adam's step times the annealed rate, applied here so the logged rate is the one used
+    updates = jax.tree.map(lambda u: -carry.learning_rate * u, updates)
+    return carry._replace(params=optax.apply_updates(carry.params, updates), opt_state=opt_state), info
+
+
+def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry, LossInfo]:
+    """[PPO-6] one pass over the rollout in shuffled minibatches. LossInfo: [M] per minibatch."""
+    key, permutation_key = jax.random.split(carry.key)
+    carry = carry._replace(key=key)
+    envs = env_minibatches(permutation_key, setup.args.num_envs, setup.args.num_minibatches)  # [M, N/M]
+    minibatches = jax.tree.map(lambda x: x[envs], batch)  # [RNN-3] [N, ...] -> [M, N/M, ...]
+
+    def run(c: EpochCarry) -> tuple[EpochCarry, LossInfo]:
+        return jax.lax.scan(functools.partial(minibatch_step, setup), c, minibatches)
+
+    def skip(c: EpochCarry) -> tuple[EpochCarry, LossInfo]:
+        return c, LossInfo(*(jnp.full(setup.args.num_minibatches, jnp.nan) for _ in LossInfo._fields))
+
+    if setup.args.target_kl is None:
+        return run(carry)
+    # [PPO-12] early stop: once an epoch ends with approx_kl > target_kl, the rest are skipped
+    carry, info = jax.lax.cond(carry.kl_exceeded, skip, run, carry)
+    return carry._replace(kl_exceeded=carry.kl_exceeded | (info.approx_kl[-1] > setup.args.target_kl)), info
+
+
+class Metrics(NamedTuple):
+    """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
+
+    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN: none)
+    episodic_length: jax.Array
+    learning_rate: jax.Array
+    value_loss: jax.Array  # the losses and diagnostics of the last epoch that ran
+    policy_loss: jax.Array
+    entropy: jax.Array
+    old_approx_kl: jax.Array
+    approx_kl: jax.Array
+    clipfrac: jax.Array  # mean over all minibatch steps of the iteration
+    explained_variance: jax.Array
+
+
+CHARTS = ("episodic_return", "episodic_length", "learning_rate")  # CleanRL's TensorBoard tags:
+METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for name in Metrics._fields}
+
+
+def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
+    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index: [] int32,
+    the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
+    args, params = setup.args, state.params
+
+    # COLLECT TRAJECTORIES
+    initial_hidden = state.hidden  # [RNN-2] [N, H] stored: the update re-runs the core from it
+    state, traj = rollout(setup, state)  # traj: [T, N, ...]; log pi_old and V_old recorded while acting
+
+    # CALCULATE ADVANTAGE
+    # [RNN-4] V(final_obs) needs the hidden state that final_obs would have been read with: one more
+    # step of the core from the state after step t (before the next step's reset), in one batched pass
+    no_reset = jnp.zeros_like(traj.terminated)  # [T, N]: final_obs continues its episode
+    _, _, final_values = setup.agent.apply(params, traj.hidden, traj.final_obs, no_reset)  # [T, N]
+    _, _, last_value = setup.agent.apply(params, state.hidden, state.obs, state.episode_start)  # [N]
+    gamma, lam = args.gamma, args.gae_lambda
+    advantages, targets = compute_gae(  # [T, N]
+        traj.reward, traj.value, traj.terminated, traj.truncated, final_values, last_value, gamma, lam
+    )
+    env_major = lambda x: jnp.swapaxes(x, 0, 1)  # [T, N, ...] -> [N, T, ...]
+    batch = Batch(
+        initial_hidden,
+        *(env_major(x) for x in (traj.obs, traj.episode_start, traj.action, traj.log_prob, traj.value)),
+        env_major(advantages),
+        env_major(targets),
+    )
+
+    # UPDATE NETWORK
+    learning_rate = annealed_learning_rate(args, index, setup.sizes.num_iterations)
+    key, epoch_key = jax.random.split(state.key)
+    carry = EpochCarry(params, state.opt_state, learning_rate, epoch_key, jnp.asarray(False))
+    carry, info = jax.lax.scan(lambda c, _: sgd_epoch(setup, c, batch), carry, length=args.update_epochs)
+    state = state._replace(params=carry.params, opt_state=carry.opt_state, key=key)
+
+    epochs_run = jnp.sum(~jnp.isnan(info.value_loss[:, 0]))  # all, or fewer with --target-kl
+    last_epoch = jax.tree.map(lambda x: x[epochs_run - 1].mean(), info)
+    done = jnp.logical_or(traj.terminated, traj.truncated)  # [T, N]
+    num_done = done.sum()
+    return state, Metrics(
+        episodic_return=jnp.where(num_done > 0, (traj.episode_return * done).sum() / num_done, jnp.nan),
+        episodic_length=jnp.where(num_done > 0, (traj.episode_length * done).sum() / num_done, jnp.nan),
+        learning_rate=learning_rate,
+        **last_epoch._replace(clipfrac=jnp.nanmean(info.clipfrac))._asdict(),
+        explained_variance=explained_variance(traj.value, targets),
+    )
+
+
+# --- Setting up: the env, the sizes, the network, the initial state --------------------
+
+
+def with_prev_action_reward(spec: EnvSpec) -> EnvSpec:
+    """The env with the previous action (one-hot, or the action vector) and reward appended to its
+    observation (RL^2, Duan et al. 2016): zeros at an episode's first observation. As part of the
+    observation it reaches the core, final_obs and the evaluation alike."""
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    inner, width = spec.env, math.prod(spec.obs_shape) + spec.action_dim + 1
+
+    @struct.dataclass
+    class State(environment.EnvState):
+        inner: Any  # the wrapped env's state
+        last: jax.Array  # [K or A, then 1]: the previous action and reward
+
+    def joined(obs: jax.Array, last: jax.Array) -> jax.Array:  # -> [obs_dim + K or A + 1]
+        return jnp.concatenate([obs.reshape(-1).astype(jnp.float32), last])
+
+    class PrevActionReward(environment.Environment):
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, State]:
+            obs, state = inner.reset_env(key, params)
+            last = jnp.zeros(spec.action_dim + 1)
+            return joined(obs, last), State(time=state.time, inner=state, last=last)
+
+        def step_env(self, key: jax.Array, state: State, action: jax.Array, params: Any) -> tuple:
+            obs, next_state, reward, terminated, info = inner.step_env(key, state.inner, action, params)
+            taken = jax.nn.one_hot(action, spec.action_dim) if spec.discrete else action
+            last = jnp.concatenate([taken, jnp.asarray(reward, jnp.float32)[None]])
+            return (
+                joined(obs, last),
+                State(time=next_state.time, inner=next_state, last=last),
+                reward,
+                terminated,
+                info,
+            )
+
+        def action_space(self, params: Any) -> Any:
+            return inner.action_space(params)
+
+        def observation_space(self, params: Any) -> spaces.Box:
+            return spaces.Box(-jnp.inf, jnp.inf, (width,))
+
+    return env_spec(PrevActionReward(), spec.params)
+
+
+def build_setup(args: Args) -> Setup:
+    """Check PPO's flags (ArgsError: one line naming the flag), derive the sizes, build the parts."""
+    spec = make_env(args.env_id)
+    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
+    require_positive(args, "hidden_size")
+    require(
+        args.env_id == "CartPole-v1" or not args.mask_velocity, "--mask-velocity needs --env-id CartPole-v1"
+    )
+    require(
+        not (args.prev_action_reward and args.capture_video),
+        "--capture-video cannot draw the --prev-action-reward env",
+    )
+    if args.prev_action_reward:
+        spec = with_prev_action_reward(spec)
+    require(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
+    require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
+    require(
+        args.num_envs % args.num_minibatches == 0,
+        f"--num-minibatches {args.num_minibatches} must divide --num-envs {args.num_envs} (whole sequences)",
+    )
+    batch_size = args.num_envs * args.num_steps
+    batch = f"num_envs * num_steps = {args.num_envs} * {args.num_steps} = {batch_size}"
+    require(
+        args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
+    )
+    sizes = Sizes(batch_size, args.num_envs // args.num_minibatches, args.total_timesteps // batch_size)
+    # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5 (the learning rate: minibatch_step)
+    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+    return Setup(args, sizes, spec, RecurrentAgent(spec, args.hidden_size), optimizer)
+
+
+def init_params(setup: Setup, key: jax.Array) -> Params:
+    """[PPO-2] the initial agent (embedding, GRU, heads)."""
+    obs_dim, hidden_size = math.prod(setup.spec.obs_shape), setup.args.hidden_size
+    dummy = (jnp.zeros((1, hidden_size)), jnp.zeros((1, obs_dim)), jnp.zeros(1, bool))
+    return setup.agent.init(key, *dummy)
+
+
+def init_state(setup: Setup, key: jax.Array) -> RunnerState:
+    """The state of one seed before the first iteration: every env at an episode's start."""
+    key, params_key, reset_key = jax.random.split(key, 3)
+    params = one_seed_at_a_time(functools.partial(init_params, setup))(params_key)
+    obs, env_state = reset_envs(setup.spec, reset_key, setup.args.num_envs)
+    num_envs = setup.args.num_envs
+    return RunnerState(
+        params=params,
+        opt_state=setup.optimizer.init(params),
+        env_state=env_state,
+        obs=observe(obs, setup.args.mask_velocity),  # [N, obs_dim]
+        hidden=jnp.zeros((num_envs, setup.args.hidden_size)),  # [N, H]
+        episode_start=jnp.ones(num_envs, bool),
+        episode_return=jnp.zeros(num_envs),
+        episode_length=jnp.zeros(num_envs, jnp.int32),
+        key=key,
+    )
+
+
+def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    setup = build_setup(args)
+
+    def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
+        indices = jnp.arange(setup.sizes.num_iterations)
+        return jax.lax.scan(functools.partial(iteration, setup), init_state(setup, key), indices)
+
+    return train
+
+
+# ===== 6. The evaluation policy, and PPO as the run harness sees it ==================
+
+
+def initial_hidden(setup: Setup, model: Params, num_episodes: int) -> jax.Array:
+    """The evaluation's hidden state before its episodes' first step: zeros [E, H]."""
+    return jnp.zeros((num_episodes, setup.args.hidden_size))
+
+
+def greedy_action(
+    setup: Setup, model: Params, obs: jax.Array, hidden: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """The evaluation policy: the likeliest action, or the mean clipped, and the next hidden state.
+    obs [E, *obs_shape], hidden [E, H]. Each evaluation episode runs once, so no reset is needed."""
+    episode_start = jnp.zeros(obs.shape[0], bool)
+    hidden, out, _ = setup.agent.apply(model, hidden, observe(obs, setup.args.mask_velocity), episode_start)
+    action = policy_of(setup.spec, model, out).mode()
+    action = (
+        action if setup.spec.discrete else jnp.clip(action, setup.spec.action_low, setup.spec.action_high)
+    )
+    return action, hidden
+
+
+def make_algorithm(args: Args) -> Algorithm:
+    """PPO for the run harness (its fields are explained there); ArgsError for a bad flag."""
+    setup = build_setup(args)
+    return Algorithm(
+        name="PPO-GRU",
+        sizes=setup.sizes,
+        env=setup.spec,
+        num_iterations=setup.sizes.num_iterations,
+        env_steps_per_iteration=setup.sizes.batch_size,
+        init=functools.partial(init_state, setup),
+        iteration=functools.partial(iteration, setup),
+        metric_tags=METRIC_TAGS,
+        model=lambda state: state.params,
+        act=functools.partial(greedy_action, setup),  # (model, obs, hidden) -> (actions, hidden)
+        act_init=functools.partial(initial_hidden, setup),  # the evaluation starts from zeros
+    )
+
+
+# ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
+# The loop's words, the same in every script: a step is one env step of every env; an iteration
+# is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
+# steps with their gradient steps); a chunk is several iterations compiled as one program, after
+# which the driver logs and checkpoints. Its speed tricks are measured in docs/benchmarks.md.
+
+import atexit
+import contextlib
+import gc
+import importlib
+import io
+import json
+import os
+import signal
+import sys
+import time
+import types
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, fields
+
+import flax.serialization
+import tyro
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from tensorboardX import SummaryWriter
+
+# --- Environments: gymnax's API for every env, Brax's included -------------------------
+
+
+class EnvSpec(NamedTuple):
+    """An environment, and what the networks need to know of it."""
+
+    env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
+    params: Any  # its EnvParams (max_steps_in_episode: the time limit)
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    discrete: bool
+    action_dim: int  # K discrete actions, or A dimensions of a Box
+    action_low: np.ndarray  # [A] (empty for discrete actions)
+    action_high: np.ndarray  # [A]
+
+
+def make_env(env_id: str) -> EnvSpec:
+    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
+    if env_id.startswith("brax/"):
+        return env_spec(*brax_env(env_id.removeprefix("brax/")))
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known = gymnax.registered_envs
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
+    return env_spec(*gymnax.make(env_id))
+
+
+def env_spec(env: Any, params: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params."""
+    from gymnax.environments import spaces
+
+    space = env.action_space(params)
+    discrete = isinstance(space, spaces.Discrete)
+    action_dim = int(space.n) if discrete else math.prod(space.shape)
+    box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
+    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
+
+
+def brax_env(name: str) -> tuple[Any, Any]:
+    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
+    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    into done and reset to a cached start, overwriting the final observation."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
+            from brax import envs
+    except ImportError:
+        raise ArgsError(
+            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
+        ) from None
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        sys = raw.sys  # the physical system, for Brax's viewer
+        action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
+        observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
+
+
+class EnvStep(NamedTuple):
+    """N envs' step, as gymnax's env.step returns it (final_obs: its info["final_observation"])."""
+
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # gymnax EnvState [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached, before the auto-reset
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], EnvState [N]."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
+    fresh episode where its episode ended."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class Conv3x3(nn.Module):
+    """nn.Conv(features, (3, 3), padding="VALID") computed as a dense layer over each pixel's 3x3
+    patch (im2col), its kernel [9C, features]: several times faster on XLA CPU."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
+
+
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
+
+
+# --- The Algorithm, the flags, JAX's start ------------------------------------------------
+
+
+class Algorithm(NamedTuple):
+    """One script's algorithm, as its make_algorithm gives it to the harness."""
+
+    name: str
+    sizes: NamedTuple  # the derived sizes, written to args.json
+    env: EnvSpec  # for the evaluation episodes and the video
+    num_iterations: int
+    env_steps_per_iteration: int  # env steps of one iteration, per seed
+    init: Callable[[jax.Array], Any]  # key -> the state of one seed
+    iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
+    model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
+    act: Callable[..., Any]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]; with act_init, below
+    mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
+    state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
+    chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
+    # a recurrent policy: (model, E) -> its carry at the episodes' start; act is then
+    # (model, obs, carry) -> (greedy actions, carry)
+    act_init: Callable[[Any, int], Any] | None = None
+
+
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+# Flags of the machine a run happens to run on: never read back from a run's args.json.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", "coordinator_address",
+    "num_processes", "process_id"}  # fmt: skip
+# Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
+RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
+    "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
+
+
+class ArgsError(ValueError):
+    """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
+
+
+def require(condition: bool, message: str) -> None:
+    """The one validation helper: every check of a flag raises ArgsError(message) through it."""
+    if not condition:
+        raise ArgsError(message)
+
+
+def require_positive(args: Args, *names: str) -> None:
+    for name, value in ((name, getattr(args, name)) for name in names):
+        require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+
+
+class Deferred(types.ModuleType):
+    """Stands in sys.modules for a module, and imports it when one of its attributes is first read."""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def start_jax(args: Args) -> None:
+    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
+        jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
+            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
+
+
+# --- Several processes (ppo_multigpu --distributed): with one process these are trivial ----
+
+
+def is_main_process() -> bool:  # process 0 alone writes the run directories
+    return jax.process_index() == 0
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def agreed(value: int, over_processes: Callable | None = None) -> int:
+    """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
+    if jax.process_count() == 1:
+        return value
+    values = multihost_utils.process_allgather(np.int32(value))  # [processes]
+    return int(values[0] if over_processes is None else over_processes(values))
+
+
+# --- Run directories and checkpoints ---------------------------------------------------------
+
+
+class Run(NamedTuple):
+    """One training of all seeds: what it writes where, and how its seeds lie on the devices."""
+
+    args: Args
+    algo: Algorithm
+    seeds: list[int]
+    dirs: list[Path]  # one run directory per seed
+    iterations_per_chunk: int
+    num_chunks: int  # every chunk has work; only the last may be partly masked
+    mesh: Mesh  # its axis "seeds" splits the seeds over the devices
+    slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
+
+
+def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    per_chunk = math.ceil(num_iterations / min(num_chunks, num_iterations))
+    return per_chunk, math.ceil(num_iterations / per_chunk)
+
+
+def args_from_json(path: Path) -> Args:
+    saved = json.loads(path.read_text())
+    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
+
+
+def resume_args(given: Args) -> Args:
+    """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
+    if given.resume is None:
+        return given
+    record = Path(given.resume) / "args.json"
+    require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
+    args, defaults = args_from_json(record), Args()
+    for name in (f.name for f in fields(Args)):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
+            setattr(args, name, value)
+        conflict = (
+            f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
+        )
+        require(value in (default, before) or name in RESUME_MAY_CHANGE, conflict)
+    return args
+
+
+def open_run(args: Args) -> Run:
+    """Check the flags, then make a new run's directories (one per seed; args.json holds the Args,
+    the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
+    require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
+    require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
+    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar and Brax, write_video
+        drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
+        require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
+        needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
+        require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
+    if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
+        import wandb
+
+        try:
+            wandb.login(verify=False)  # offline and disabled modes need no key
+        except wandb.errors.UsageError as error:
+            raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
+    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
+    mesh = algo.mesh
+    if mesh is None:  # the fewest devices that spread the seeds most evenly
+        per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
+        devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
+        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
+    slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, args.num_chunks), mesh, slots)
+    if args.resume is not None:  # found through args.json, whatever the directories are called now
+        record = json.loads((Path(args.resume) / "args.json").read_text())
+        dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
+        dirs[seeds.index(record["run_seed"])] = Path(args.resume)
+        missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
+        require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
+        return run._replace(dirs=dirs)
+    stamp = agreed(int(time.time()))
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    for seed, name in zip(seeds, names, strict=True):
+        if is_main_process():
+            (Path(args.output_dir) / name).mkdir(parents=True)
+            record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
+            record["sizes"] = algo.sizes._asdict()
+            (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
+    return run._replace(dirs=[Path(args.output_dir) / name for name in names])
+
+
+def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
+    """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
+    place); then all but the two newest are deleted. A crash always leaves one that reads."""
+    path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
+    path.parent.mkdir(exist_ok=True)
+    record = {"iterations": iterations_done, "state": state_of_seed}
+    path.with_name(path.name + ".tmp").write_bytes(flax.serialization.to_bytes(record))
+    os.replace(path.with_name(path.name + ".tmp"), path)
+    for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
+        old.unlink()
+
+
+def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
+    """(iterations done, the state of one seed); ValueError when the file does not read as one."""
+    try:
+        saved = flax.serialization.msgpack_restore(path.read_bytes())
+        restored = flax.serialization.from_state_dict({"iterations": 0, "state": template}, saved)
+    except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
+        raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
+        raise ValueError(f"{path}: its arrays do not fit this run's state")
+    return int(restored["iterations"]), restored["state"]
+
+
+def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    if run.args.resume is None:
+        return 0, None
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    names = {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}
+    errors = []
+    for name in sorted(names, reverse=True):
+        try:
+            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
+            return loaded[0][0], [state for _, state in loaded]
+        except ValueError as error:
+            errors.append(str(error))
+    reasons = "; ".join(errors) or "there is none"
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
+
+
+# --- The compiled programs: init, one chunk, the evaluation --------------------------------
+
+
+def seeds_program(
+    per_seed: Callable, inputs: tuple, in_axes: Any = 0, level: int | None = None, **jit: Any
+) -> Any:
+    """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
+    the inputs' shapes at XLA's backend optimisation level `level` (None: XLA's default)."""
+    lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
+    return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
+
+
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
+
+
+def pad_seeds(tree: Any, slots: int) -> Any:  # [S, ...] -> [slots, ...], repeating the seeds
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def seed_keys(run: Run) -> np.ndarray:  # [slots, 2]: each seed's jax.random.PRNGKey(seed)
+    return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
+
+
+def seed_slice(tree: Any, i: int) -> Any:  # leaves [S, ...] -> seed i's
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def initial_state(run: Run, restored: list[Any] | None) -> Any:
+    """Every seed's state on the devices, leaves [slots, ...]: new (init) or restored. The seed axis
+    lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
+    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
+    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    if restored is None:
+        keys = seed_keys(run)
+        return seeds_program(run.algo.init, (keys,), level=RUNS_ONCE, out_shardings=shardings)(keys)
+    host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
+    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
+
+
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
+    """per_chunk iterations of one seed from iteration `first`; those past the end (last chunk) are
+    skipped, their metrics NaN. first is not batched over seeds, so the skip stays a real branch."""
+    metrics = jax.eval_shape(algo.iteration, state, first)[1]
+    skip = lambda s, index: (s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, algo.iteration, skip, s, index)
+    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
+
+
+def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
+    """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
+    The state is not donated: on XLA CPU that made the chunks slower."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
+    jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
+    level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
+    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
+    seconds, steps = time.perf_counter() - start, run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    if is_main_process():
+        where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+        print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
+    return compiled
+
+
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
+    """(state, keys [slots, 2]) -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    evaluate = lambda s, key: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
+    return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
+
+
+# --- The driver: chunks, and the outputs written between them ------------------------------
+
+
+@contextlib.contextmanager
+def stop_signals_caught() -> Iterator[list[int]]:
+    """Inside, Ctrl-C and SIGTERM are remembered (in the list it yields), not raised."""
+    received: list[int] = []
+
+    def remember(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[int]) -> tuple[Any, list]:
+    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
+    returns), the driver writes out the one before: the non-finite check, the logs, the
+    checkpoints, a progress line, and a clean exit if a stop signal came (the chunk in flight is
+    then dropped: a resume runs it again)."""
+    algo, per_chunk, per_iteration = run.algo, run.iterations_per_chunk, run.algo.env_steps_per_iteration
+    steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
+    loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
+    for index in range(done // per_chunk, run.num_chunks):
+        state, metrics = in_flight
+        first = index * per_chunk
+        if index + 1 < run.num_chunks:
+            in_flight = chunk(state, np.int32(first + per_chunk))
+        num_valid = min(per_chunk, algo.num_iterations - first)
+        # [S, I]: the real seeds (not the padding), the iterations that ran
+        metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
+        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+        host_state, step = to_host(state), (first + num_valid) * per_iteration
+        if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+            where = f"between steps {first * per_iteration:,} and {step:,}"
+            kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
+        for i, logger in enumerate(loggers):
+            for j in range(num_valid):
+                values = {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
+                rate = {"charts/SPS": sps} if j == num_valid - 1 else {}  # once per chunk
+                logger.log((first + j + 1) * per_iteration, values | rate)
+            logger.flush()
+            save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
+        latest, elapsed = (
+            np.nanmean(recent) if np.isfinite(recent).any() else np.nan,
+            time.perf_counter() - start,
+        )
+        if is_main_process():
+            bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
+            print(f"{line} | {elapsed:6.1f}s", flush=True)
+        if agreed(len(stop), max) and index < run.num_chunks - 1:  # a signal to any process stops all
+            for logger in loggers:
+                logger.close()
+            if is_main_process():
+                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+                print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+            sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    if is_main_process():
+        steps, seconds = total - steps_at_start, time.perf_counter() - start
+        rate = f"{steps / seconds:,.0f} SPS per seed"
+        print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
+    return state, loggers
+
+
+class RunLogger:
+    """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
+
+    def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
+        jsonl = run_dir / "metrics.jsonl"
+        if jsonl.exists():  # resumed: drop what the run logged after its checkpoint
+            lines = jsonl.read_text().splitlines(keepends=True)
+            jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step))
+        # purge_step: TensorBoard hides the events written after the checkpoint, as above
+        self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
+        self.jsonl = open(jsonl, "a")  # noqa: SIM115 (open for the whole run)
+        self.wandb_run = None
+        if args.track:
+            import wandb
+
+            record = json.loads((run_dir / "args.json").read_text())
+            names = {
+                "project": args.wandb_project_name,
+                "entity": args.wandb_entity,
+                "name": record["run_name"],
+            }
+            resume = {"id": record["run_name"], "resume": "allow", "reinit": "create_new"}
+            self.wandb_run = wandb.init(**names, **resume, dir=str(run_dir), config=record)
+
+    def log(self, global_step: int, values: dict[str, float]) -> None:
+        values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, global_step)
+        if values:
+            self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
+            if self.wandb_run is not None:
+                self.wandb_run.log({**values, "global_step": global_step})
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self.jsonl.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.jsonl.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+# --- Evaluation and the outputs of a finished run ------------------------------------------
+
+
+class EvalResult(NamedTuple):
+    returns: jax.Array  # [E] the return of each evaluation episode
+    lengths: jax.Array  # [E]
+    first_episode: Any  # gymnax EnvState [T_max]: episode 0's states, for the video
+
+
+class EvalCarry(NamedTuple):
+    env_state: Any  # [E]
+    obs: jax.Array  # [E, *obs_shape]
+    returns: jax.Array  # [E]
+    lengths: jax.Array  # [E]
+    running: jax.Array  # [E] bool: the episode has not ended yet
+    key: jax.Array
+    policy: Any  # act's carry (a recurrent policy's hidden state), or None
+
+
+def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
+    zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
+    carry = EvalCarry(
+        env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key, policy
+    )
+
+    def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+        key, step_key = jax.random.split(c.key)
+        action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
+        running = c.running & ~(out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        carry = EvalCarry(out.state, out.obs, returns, lengths, running, key, policy)
+        return carry, seed_slice(c.env_state, 0)
+
+    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
+    return EvalResult(carry.returns, carry.lengths, first_episode)
+
+
+def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    returns, summary = np.asarray(returns, np.float64), {"lengths": np.asarray(lengths).tolist()}
+    stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
+    return {"returns": returns.tolist(), **summary, **stats}
+
+
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
+    """The final deterministic evaluation of every seed in one program (compile_evaluate's); then
+    each seed's eval.json, learning curve and, on request, model file and video."""
+    algo, args = run.algo, run.args
+    keys = np.asarray(jax.vmap(jax.random.fold_in, (0, None))(seed_keys(run), 1))  # not the training's
+    result = to_host(evaluate(state, keys))
+    models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
+    for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
+        summary = eval_summary(result.returns[i], result.lengths[i])
+        summary["global_step"] = algo.num_iterations * algo.env_steps_per_iteration
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        logger.close()
+        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}")
+        if models is not None:  # --save-model
+            model = flax.serialization.to_bytes(seed_slice(models, i))
+            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
+        if args.capture_video:
+            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+
+
+def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
+    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically.
+
+    >>> evaluate_saved_model("runs/CartPole-v1__my_experiment__1__1700000000")["mean"]
+    """
+    args = args_from_json(Path(run_dir) / "args.json")
+    algo = make_algorithm(args)
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    model = flax.serialization.from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    result = jax.jit(functools.partial(evaluate_episodes, algo, episodes))(model, jax.random.PRNGKey(seed))
+    return eval_summary(result.returns, result.lengths)
+
+
+def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_returns(run_dir: Path, title: str) -> None:
+    """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
+    plt = import_pyplot()
+    points = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    points = [p for p in points if "charts/episodic_return" in p]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["global_step"] for p in points], [p["charts/episodic_return"] for p in points])
+    ax.set(xlabel="environment steps", ylabel="episodic return (training)", title=title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / "episodic_return.png", dpi=100)
+    plt.close(fig)
+
+
+def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
+    """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
+    grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), env_states) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
+            np.uint8
+        )
+        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    import gymnasium
+    from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+    gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+    gym_env.reset(seed=0)
+    set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
+    frames = []
+    for state in states:
+        gym_env.unwrapped.state = get_gym_state(state, env_id)
+        if env_id == "Pendulum-v1":  # the torque arrow
+            gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+        frames.append(gym_env.render())
+    gym_env.close()
+    return frames
+
+
+def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
+    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    folder.mkdir(parents=True, exist_ok=True)
+    length = summary["lengths"][0]
+    if env_id.startswith("brax/"):
+        from brax.io import html
+
+        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    else:
+        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
+
+
+def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    """One palette for the whole episode, from a sample of its frames (PIL's default searches one
+    per frame: seconds per video)."""
+    from PIL import Image
+
+    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
+    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+
+
+def main() -> None:
+    """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
+    atexit.register(gc.freeze)
+    args = tyro.cli(Args)
+    start_jax(args)
+    try:  # every bad input is reported here, in one line, before anything compiles
+        run = open_run(resume_args(args))
+        done, restored = restore_checkpoints(run)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The evaluation compiles, and pyplot
+    # imports, in a thread while the chunks run (XLA works outside Python's lock).
+    with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
+        state = initial_state(run, restored)
+        chunk = compile_chunk(run, state)
+        evaluate = pool.submit(compile_evaluate, run, state)
+        pool.submit(import_pyplot)
+        state, loggers = train_chunks(run, chunk, state, done, stop)
+    finish_run(run, state, loggers, evaluate.result())
+
+
+if __name__ == "__main__":
+    main()
