@@ -72,8 +72,7 @@ def measure(
         exploration_steps = args.exploration_fraction * args.total_timesteps
         epsilon = dqn_jax.linear_schedule(args.start_e, args.end_e, exploration_steps, index * num_envs)
         action = dqn_jax.epsilon_greedy(action_key, setup.network.apply(s.params, s.obs), epsilon)
-        starts = dqn_jax.draw_episode_starts(spec, env_key, (num_envs,))
-        env_step = dqn_jax.step_envs(spec, s.env_state, action, starts)
+        env_step = dqn_jax.step_envs(spec, jax.random.split(env_key, num_envs), s.env_state, action)
         buffer = s.buffer
         if with_insert:
             final_obs = env_step.final_obs.astype(obs_dtype)
