@@ -55,7 +55,7 @@ from flax.linen.initializers import constant, orthogonal
 class Args:
     # PPO (PureJaxRL ppo_rnn.py's CartPole config: 4 envs x 128 steps, 4 minibatches of whole sequences)
     env_id: str = "CartPole-v1"
-    """the id of the environment (a gymnax id)"""
+    """the id of the environment: a gymnax id, or brax/<name> for a Brax MuJoCo task"""
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4
