@@ -316,3 +316,15 @@ def run_in_chunks(module: ModuleType, algo: Any, key: jax.Array, num_chunks: int
         state, chunk_metrics = chunk(state, jnp.int32(c * per_chunk))
         metrics.append(chunk_metrics)
     return state, metrics
+
+
+def train_setup(module: ModuleType, setup: Any, key: jax.Array) -> tuple[Any, Any]:
+    """make_train's train(key) of a script, for a setup already built (e.g. on a probe env)."""
+    indices = jnp.arange(setup.sizes.num_iterations)
+    step = lambda state, index: module.iteration(setup, state, index)
+    return jax.lax.scan(step, module.init_state(setup, key), indices)
+
+
+def probe_spec(module: ModuleType, env: Any) -> Any:
+    """A script's EnvSpec of a probe env (make_env knows only the registered ones)."""
+    return module.env_spec(env, env.default_params)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, check_vmapped_init, run_in_chunks, tree_equal
+from _helpers import ConstantRewardProbe, check_vmapped_init, load_script, run_in_chunks, tree_equal
 
 from vibe_rl import ppo_jax_scan as ppo
 
@@ -27,7 +27,8 @@ def tiny(**overrides) -> ppo.Setup:
 # --- math against hand-computed values -------------------------------------------------
 
 
-def test_gae_hand_computed_with_termination_and_truncation():
+@pytest.mark.parametrize("script", ["ppo_jax_scan", "ppo_multigpu", "ppo_rnn_jax"])  # each has its own copy
+def test_gae_hand_computed_with_termination_and_truncation(script):
     # gamma 0.9, lambda 0.8. Env 0: step 1 terminates, step 2 is truncated (bootstrap from
     # V(final_obs) = 10). Env 1: same, but step 1 is terminated AND truncated:
     # termination wins, so its final value 8 must be ignored.
@@ -37,7 +38,7 @@ def test_gae_hand_computed_with_termination_and_truncation():
     truncated = jnp.array([[0, 0], [0, 1], [1, 1], [0, 0]], bool)
     final_values = jnp.array([[7.0, 7.0], [8.0, 8.0], [10.0, 10.0], [9.0, 9.0]])
     last_value = jnp.array([3.0, 3.0])
-    advantages, returns = ppo.compute_gae(
+    advantages, returns = load_script(script).compute_gae(
         rewards, values, terminated, truncated, final_values, last_value, 0.9, 0.8
     )
     # t=3: 4 + 0.9*3 - 2 = 4.7 (bootstraps from last_value)

@@ -144,25 +144,6 @@ def test_num_minibatches_must_divide_num_envs():
 # --- [RNN-4] time limits: GAE, and V(final_obs) with its hidden state ------------------------
 
 
-def test_gae_hand_computed_with_termination_and_truncation():
-    # gamma 0.9, lambda 0.8. Env 0: step 1 terminates, step 2 is truncated (bootstrap from
-    # V(final_obs) = 10). Env 1: same, but step 1 is terminated AND truncated: termination wins.
-    rewards = jnp.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]])
-    values = jnp.array([[0.5, 0.5], [1.0, 1.0], [1.5, 1.5], [2.0, 2.0]])
-    terminated = jnp.array([[0, 0], [1, 1], [0, 0], [0, 0]], bool)
-    truncated = jnp.array([[0, 0], [0, 1], [1, 1], [0, 0]], bool)
-    final_values = jnp.array([[7.0, 7.0], [8.0, 8.0], [10.0, 10.0], [9.0, 9.0]])
-    last_value = jnp.array([3.0, 3.0])
-    advantages, returns = rnn.compute_gae(
-        rewards, values, terminated, truncated, final_values, last_value, 0.9, 0.8
-    )
-    # t=3: 4 + 0.9*3 - 2 = 4.7; t=2: 3 + 0.9*10 - 1.5 = 10.5 (truncated); t=1: 2 - 1 = 1
-    # (terminated); t=0: 1 + 0.9*1.0 - 0.5 = 1.4, A = 1.4 + 0.9*0.8*1 = 2.12
-    expected = np.array([2.12, 1.0, 10.5, 4.7])
-    np.testing.assert_allclose(advantages, np.stack([expected, expected], 1), rtol=1e-6)
-    np.testing.assert_allclose(returns[:, 0], expected + values[:, 0], rtol=1e-6)
-
-
 def test_final_obs_value_continues_the_episodes_hidden_state():
     """V(final_obs[t]) as iteration computes it equals one more step of the unrolled core, from
     the hidden state after step t, without a reset: final_obs is read as part of the episode."""

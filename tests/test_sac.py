@@ -14,7 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _helpers import AsymmetricBoxProbe, ConstantRewardProbe, load_script, run_in_chunks, tree_equal
+from _helpers import (
+    AsymmetricBoxProbe,
+    ConstantRewardProbe,
+    load_script,
+    probe_spec,
+    run_in_chunks,
+    train_setup,
+    tree_equal,
+)
 
 sac = load_script("sac_jax")
 
@@ -31,17 +39,6 @@ TINY = dict(
 
 def tiny_args(**overrides) -> sac.Args:
     return sac.Args(**{**TINY, **overrides})
-
-
-def probe_spec(env) -> sac.EnvSpec:
-    """The EnvSpec of a probe env (make_env knows only gymnax's registered ones)."""
-    return sac.env_spec(env, env.default_params)
-
-
-def train(setup: sac.Setup, key: jax.Array) -> tuple[sac.RunnerState, sac.Metrics]:
-    """make_train's train(key), for a built setup (a probe env's)."""
-    indices = jnp.arange(setup.sizes.num_iterations)
-    return jax.lax.scan(functools.partial(sac.iteration, setup), sac.init_state(setup, key), indices)
 
 
 # --- the policy: a tanh-squashed Gaussian rescaled to the bounds --------------------------
@@ -120,7 +117,7 @@ def test_log_std_is_squashed_into_its_range():
 
 
 def test_actions_respect_asymmetric_bounds():
-    spec = probe_spec(AsymmetricBoxProbe())
+    spec = probe_spec(sac, AsymmetricBoxProbe())
     low, high = spec.action_low, spec.action_high
     np.testing.assert_allclose(low, [-3.0, 0.5])
     np.testing.assert_allclose(high, [-1.0, 4.0])
@@ -135,7 +132,7 @@ def test_actions_respect_asymmetric_bounds():
 
     # the training stores only in-bounds actions, random (before learning_starts) and policy
     setup = sac.build_setup(tiny_args(learning_starts=50, total_timesteps=150, num_envs=2), spec)
-    state, metrics = jax.jit(functools.partial(train, setup))(jax.random.PRNGKey(3))
+    state, metrics = jax.jit(functools.partial(train_setup, sac, setup))(jax.random.PRNGKey(3))
     stored = state.buffer.data.action[: int(state.buffer.filled)]  # [rows, N, A]
     assert bool(jnp.all((stored >= low) & (stored <= high)))
     assert np.isfinite(metrics.qf_loss).sum() > 0  # the policy acted and learned
@@ -271,9 +268,9 @@ def test_q_bootstraps_through_time_limit_on_a_probe():
         autotune=False,
     )
     setup = sac.build_setup(
-        dataclasses.replace(args, alpha=0.0), probe_spec(ConstantRewardProbe(continuous=True))
+        dataclasses.replace(args, alpha=0.0), probe_spec(sac, ConstantRewardProbe(continuous=True))
     )
-    state, _ = jax.jit(functools.partial(train, setup))(jax.random.PRNGKey(0))
+    state, _ = jax.jit(functools.partial(train_setup, sac, setup))(jax.random.PRNGKey(0))
     # Q of both critics at the stored (obs, action) pairs: the actions the policy takes
     data = state.buffer.data
     q = sac.twin_q(setup, state.learner.params.critic, data.obs.reshape(-1, 1), data.action.reshape(-1, 1))

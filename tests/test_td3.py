@@ -11,7 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import AsymmetricBoxProbe, ConstantRewardProbe, load_script, run_in_chunks, tree_equal
+from _helpers import (
+    AsymmetricBoxProbe,
+    ConstantRewardProbe,
+    load_script,
+    probe_spec,
+    run_in_chunks,
+    train_setup,
+    tree_equal,
+)
 
 td3 = load_script("td3_jax")
 
@@ -28,17 +36,6 @@ TINY = dict(
 
 def tiny_args(**overrides) -> td3.Args:
     return td3.Args(**{**TINY, **overrides})
-
-
-def probe_spec(env) -> td3.EnvSpec:
-    """The EnvSpec of a probe env (make_env knows only gymnax's registered ones)."""
-    return td3.env_spec(env, env.default_params)
-
-
-def train(setup: td3.Setup, key: jax.Array) -> tuple[td3.RunnerState, td3.Metrics]:
-    """make_train's train(key), for a built setup (a probe env's)."""
-    indices = jnp.arange(setup.sizes.num_iterations)
-    return jax.lax.scan(functools.partial(td3.iteration, setup), td3.init_state(setup, key), indices)
 
 
 # asymmetric bounds [-3, -1] and [0.5, 4], [A]: scale (high - low) / 2 = [1, 1.75]
@@ -103,7 +100,7 @@ def test_critic_and_actor_losses_hand_computed():
 
 
 def test_actor_output_is_rescaled_to_asymmetric_bounds():
-    spec = probe_spec(AsymmetricBoxProbe())
+    spec = probe_spec(td3, AsymmetricBoxProbe())
     np.testing.assert_allclose(spec.action_low, LOW)
     np.testing.assert_allclose(spec.action_high, HIGH)
     setup = td3.build_setup(tiny_args(hidden_size=8), spec)
@@ -200,8 +197,8 @@ def test_q_bootstraps_through_time_limit_on_a_probe(ddpg):
     args = tiny_args(
         total_timesteps=2000, learning_starts=64, batch_size=64, num_envs=4, gamma=0.5, tau=0.1, ddpg=ddpg
     )
-    setup = td3.build_setup(args, probe_spec(ConstantRewardProbe(continuous=True)))
-    state, _ = jax.jit(functools.partial(train, setup))(jax.random.PRNGKey(0))
+    setup = td3.build_setup(args, probe_spec(td3, ConstantRewardProbe(continuous=True)))
+    state, _ = jax.jit(functools.partial(train_setup, td3, setup))(jax.random.PRNGKey(0))
     data = state.buffer.data
     q = td3.critics(setup, state.learner.params.critic, data.obs.reshape(-1, 1), data.action.reshape(-1, 1))
     assert q.shape[0] == (1 if ddpg else 2)
