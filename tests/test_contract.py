@@ -347,6 +347,7 @@ COMMON_BAD_INPUTS = [
     (flags(num_chunks=0), "--num-chunks must be a positive integer, got 0"),
     (flags(eval_episodes=-2), "--eval-episodes must be a positive integer, got -2"),
     (flags(cpu_devices=-1), "--cpu-devices must be >= 0, got -1"),
+    (flags(eval_frequency=-5), "--eval-frequency must be >= 0, got -5"),
     (flags(resume="/nonexistent/run"), "--resume /nonexistent/run: not a run directory (no args.json)"),
     (
         flags(env_id="DeepSea-bsuite") + ["--capture-video"],
@@ -466,11 +467,11 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     evaluate_saved_model reads back), the video and (ppo_jax_scan) the wandb mirror. Then the
     same run stopped by Ctrl-C or SIGTERM: it finishes the chunk in flight, checkpoints and
     exits 128 + the signal; its directories are moved, seed 1's is renamed, and --resume
-    continues it to the uninterrupted run's bits. The same seeds on 1 device end the same, to
-    float tolerance. Last, a corrupt newest checkpoint: the resume falls back to the one
-    before it."""
+    continues it to the uninterrupted run's bits, its evaluation curve (--eval-frequency)
+    included. The same seeds on 1 device end the same, to float tolerance. Last, a corrupt
+    newest checkpoint: the resume falls back to the one before it."""
     module, contract = load_script(script), SCRIPTS[script]
-    three_seeds = [*contract.run, "--num-seeds", "3", "--cpu-devices", "2"]
+    three_seeds = [*contract.run, "--num-seeds", "3", "--cpu-devices", "2", "--eval-frequency", "300"]
     # The wandb mirror is harness code, the same text in every script, and wandb's offline
     # service takes seconds per run: one script checks it.
     track = ["--track"] if script == "ppo_jax_scan" else []
@@ -494,10 +495,18 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     losses = [v for p in points for k, v in p.items() if k.startswith("losses/")]
     assert losses and all(math.isfinite(v) for v in losses)  # gradient steps were taken
 
+    per_chunk = total // len([p for p in points if "charts/SPS" in p])  # env steps of one chunk
+    evaluated = [p["global_step"] for p in points if "eval/episodic_return" in p]
+    crossings = [s for s in range(per_chunk, total, per_chunk) if s // 300 > (s - per_chunk) // 300]
+    assert evaluated == [*crossings, total] and len(evaluated) >= 2, (evaluated, per_chunk)
+    curves = []
     for seed_dir in runs:
         evaluation = json.loads((seed_dir / "eval.json").read_text())
         assert evaluation["episodes"] == len(evaluation["returns"]) == 4
         assert evaluation["global_step"] == total
+        curves.append(evaluation["eval_curve"])
+        assert [p["global_step"] for p in curves[-1]] == evaluated
+        assert curves[-1][-1]["mean"] == evaluation["mean"]
         checkpoints = sorted(p.name for p in (seed_dir / "checkpoints").iterdir())
         assert checkpoints[-1] == f"step_{total:012d}.msgpack" and len(checkpoints) == 2, checkpoints
         check_gif(seed_dir / "videos" / "eval.gif")
@@ -528,6 +537,8 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
         iterations_b, b = read_state(module, seed_dir)
         assert iterations_a == iterations_b > iterations_done
         assert tree_equal(a, b), f"{seed_dir.name}: the resumed run differs from the uninterrupted one"
+    for curve, seed_dir in zip(curves, siblings, strict=True):
+        assert json.loads((seed_dir / "eval.json").read_text())["eval_curve"] == curve
     resumed_points = read_jsonl(moved / "metrics.jsonl")
     steps = [p["global_step"] for p in resumed_points if "charts/SPS" in p]
     assert steps == sorted(set(steps)) and len(resumed_points) == len(points)  # logged once each
@@ -547,6 +558,22 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     args = module.resume_args(module.Args(resume=str(moved)))
     restored_iterations, _ = module.restore_checkpoints(module.open_run(args))
     assert restored_iterations < uninterrupted[0][0]
+
+
+def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):
+    """--eval-frequency N needs a chunk end by every N env steps: the chunks become more when
+    --num-chunks gives fewer, never fewer. The harness is the same in every script: one suffices."""
+    module = load_script("ppo_jax_scan")
+    budget = dict(total_timesteps=64 * 40, num_envs=4, num_steps=16)  # 40 iterations
+
+    def plan(**flags: int) -> tuple[int, int]:  # (iterations per chunk, chunks); a new directory each
+        output_dir = tmp_path / "-".join(f"{k}{v}" for k, v in flags.items())
+        return module.open_run(module.Args(**budget, **flags, output_dir=str(output_dir)))[4:6]
+
+    assert plan(num_chunks=2) == (20, 2)
+    assert plan(num_chunks=2, eval_frequency=64 * 10) == (10, 4)  # an evaluation every 10 iterations
+    assert plan(num_chunks=8, eval_frequency=64 * 10) == (5, 8)
+    assert plan(num_chunks=2, eval_frequency=10**9) == (20, 2)
 
 
 def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeypatch):

@@ -119,7 +119,9 @@ class Args:
     num_chunks: int = 10
     """the training runs as this many compiled chunks; logs and checkpoints between them"""
     eval_episodes: int = 32
-    """episodes of the final deterministic evaluation (run in parallel)"""
+    """episodes of each deterministic evaluation (run in parallel)"""
+    eval_frequency: int = 0
+    """also evaluate every this many env steps during training, at chunk ends (0: only at the end)"""
     cpu_devices: int = 0
     """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
@@ -706,7 +708,7 @@ def make_algorithm(args: Args) -> Algorithm:
 # The loop's words, the same in every script: a step is one env step of every env; an iteration
 # is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
 # steps with their gradient steps); a chunk is several iterations compiled as one program, after
-# which the driver logs and checkpoints. Its speed tricks are measured in docs/benchmarks.md.
+# which the driver logs, checkpoints and evaluates. Its speed tricks are measured in docs/benchmarks.md.
 
 import atexit
 import contextlib
@@ -721,7 +723,7 @@ import time
 import types
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, fields
 
 import flax.serialization
@@ -771,8 +773,8 @@ def env_spec(env: Any, params: Any) -> EnvSpec:
 
 def brax_env(name: str) -> tuple[Any, Any]:
     """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
-    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept,
-    a fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
+    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept, a
+    fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
     into done and reset to a cached start, overwriting the final observation."""
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
@@ -890,20 +892,21 @@ MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", 
 # Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
     "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
+EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
 
 
 class ArgsError(ValueError):
     """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
 
 
-def require(condition: bool, message: str) -> None:
-    """The one validation helper: every check of a flag raises ArgsError(message) through it."""
+def require(condition: bool, message: str) -> None:  # every check of a flag raises ArgsError through it
     if not condition:
         raise ArgsError(message)
 
 
 def require_positive(args: Args, *names: str) -> None:
-    for name, value in ((name, getattr(args, name)) for name in names):
+    for name in names:
+        value = getattr(args, name)
         require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
 
@@ -930,7 +933,7 @@ def start_jax(args: Args) -> None:
             jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
 
 
-# --- Several processes (ppo_multigpu --distributed): with one process these are trivial ----
+# --- Several processes (ppo_multigpu --distributed): with one process, these are trivial ----
 
 
 def is_main_process() -> bool:  # process 0 alone writes the run directories
@@ -938,18 +941,10 @@ def is_main_process() -> bool:  # process 0 alone writes the run directories
 
 
 def to_host(tree: Any) -> Any:
-    """Numpy copies of (sharded) arrays; in a multi-process run, gathered from every process."""
-    if jax.process_count() > 1:
-        return multihost_utils.process_allgather(tree, tiled=True)
-    return jax.device_get(tree)
-
-
-def agreed(value: int, over_processes: Callable | None = None) -> int:
-    """value as process 0 has it, or over_processes (e.g. max) of every process's value."""
-    if jax.process_count() == 1:
-        return value
-    values = multihost_utils.process_allgather(np.int32(value))  # [processes]
-    return int(values[0] if over_processes is None else over_processes(values))
+    """Numpy copies of (sharded) arrays. With several processes, of all processes: then a process's
+    own numpy arrays [n, ...] gather to [processes * n, ...], process 0's first."""
+    many = jax.process_count() > 1
+    return multihost_utils.process_allgather(tree, tiled=True) if many else jax.device_get(tree)
 
 
 # --- Run directories and checkpoints ---------------------------------------------------------
@@ -987,13 +982,12 @@ def resume_args(given: Args) -> Args:
     require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
     args, defaults = args_from_json(record), Args()
     for name in (f.name for f in fields(Args)):
-        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
-        if name in RESUME_MAY_CHANGE and value != default:
+        value, before, may_change = getattr(given, name), getattr(args, name), name in RESUME_MAY_CHANGE
+        if may_change and value != getattr(defaults, name):
             setattr(args, name, value)
-        conflict = (
-            f"--resume {given.resume}: --{name.replace('_', '-')} {value} conflicts with the run's {before}"
-        )
-        require(value in (default, before) or name in RESUME_MAY_CHANGE, conflict)
+        flag = f"--{name.replace('_', '-')} {value}"
+        ok = may_change or value in (getattr(defaults, name), before)
+        require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
     return args
 
 
@@ -1001,7 +995,9 @@ def open_run(args: Args) -> Run:
     """Check the flags, then make a new run's directories (one per seed; args.json holds the Args,
     the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
-    require(args.cpu_devices >= 0, f"--cpu-devices must be >= 0, got {args.cpu_devices}")
+    for name in ("cpu_devices", "eval_frequency"):
+        value = getattr(args, name)
+        require(value >= 0, f"--{name.replace('_', '-')} must be >= 0, got {value}")
     if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar and Brax, write_video
         drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
         require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
@@ -1021,7 +1017,9 @@ def open_run(args: Args) -> Run:
         devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
         mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
     slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
-    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, args.num_chunks), mesh, slots)
+    total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
+    num_chunks = max(args.num_chunks, math.ceil(total / args.eval_frequency) if args.eval_frequency else 0)
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
     if args.resume is not None:  # found through args.json, whatever the directories are called now
         record = json.loads((Path(args.resume) / "args.json").read_text())
         dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
@@ -1029,7 +1027,7 @@ def open_run(args: Args) -> Run:
         missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
         require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
         return run._replace(dirs=dirs)
-    stamp = agreed(int(time.time()))
+    stamp = int(to_host(np.array([int(time.time())]))[0])  # process 0's
     names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     for seed, name in zip(seeds, names, strict=True):
         if is_main_process():
@@ -1041,8 +1039,8 @@ def open_run(args: Args) -> Run:
 
 
 def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
-    """checkpoints/step_{global_step}.msgpack, written atomically (a temporary file renamed into
-    place); then all but the two newest are deleted. A crash always leaves one that reads."""
+    """checkpoints/step_{global_step}.msgpack, written atomically (a file renamed into place); the
+    two newest are kept. A crash always leaves one that reads."""
     path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
     path.parent.mkdir(exist_ok=True)
     record = {"iterations": iterations_done, "state": state_of_seed}
@@ -1068,20 +1066,24 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
     """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
     if run.args.resume is None:
         return 0, None
-    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-    names = {p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")}
-    errors = []
-    for name in sorted(names, reverse=True):
+    template, errors = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)), []
+    for name in sorted({p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]:
         try:
             loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
             return loaded[0][0], [state for _, state in loaded]
         except ValueError as error:
             errors.append(str(error))
-    reasons = "; ".join(errors) or "there is none"
-    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {reasons}")
+    raise ArgsError(
+        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'there is none'}"
+    )
 
 
 # --- The compiled programs: init, one chunk, the evaluation --------------------------------
+
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
+# [S, ...] -> [slots, ...], repeating the seeds; leaves [S, ...] -> seed i's
+pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 
 def seeds_program(
@@ -1093,30 +1095,15 @@ def seeds_program(
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
-RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
-
-
-def pad_seeds(tree: Any, slots: int) -> Any:  # [S, ...] -> [slots, ...], repeating the seeds
-    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
-
-
-def seed_keys(run: Run) -> np.ndarray:  # [slots, 2]: each seed's jax.random.PRNGKey(seed)
-    return pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)
-
-
-def seed_slice(tree: Any, i: int) -> Any:  # leaves [S, ...] -> seed i's
-    return jax.tree.map(lambda x: x[i], tree)
-
-
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
-    """Every seed's state on the devices, leaves [slots, ...]: new (init) or restored. The seed axis
-    lies along the mesh's "seeds" axis; the algorithm's state_specs lay out the rest."""
+    """Every seed's state on the devices, leaves [slots, ...]: new (init from PRNGKey(seed)) or
+    restored. The seed axis lies along the mesh's "seeds" axis; the state_specs lay out the rest."""
     template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
     specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
     seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
     shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
-        keys = seed_keys(run)
+        keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
         return seeds_program(run.algo.init, (keys,), level=RUNS_ONCE, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
@@ -1140,17 +1127,18 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
     jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
-    seconds, steps = time.perf_counter() - start, run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    steps, where = run.iterations_per_chunk * run.algo.env_steps_per_iteration, f"{len(run.seeds)} seed(s)"
     if is_main_process():
-        where = f"{len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
-        print(f"compiled one chunk ({steps:,} env steps per seed, {where}) in {seconds:.1f}s", flush=True)
+        on = f"{steps:,} env steps per seed, {where} on {run.mesh.size} device(s)"
+        print(f"compiled one chunk ({on}) in {time.perf_counter() - start:.1f}s", flush=True)
     return compiled
 
 
-def compile_evaluate(run: Run, state: Any) -> Callable[[Any, np.ndarray], EvalResult]:
-    """(state, keys [slots, 2]) -> every seed's deterministic evaluation, leaves [slots, ...]."""
-    evaluate = lambda s, key: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
-    return seeds_program(evaluate, (state, seed_keys(run)), level=RUNS_ONCE)
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any], EvalResult]:
+    """state -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    key = jax.random.PRNGKey(EVAL_SEED)
+    evaluate = lambda s: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
+    return seeds_program(evaluate, (state,), level=RUNS_ONCE)
 
 
 # --- The driver: chunks, and the outputs written between them ------------------------------
@@ -1173,47 +1161,52 @@ def stop_signals_caught() -> Iterator[list[int]]:
             signal.signal(s, handler)
 
 
-def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[int]) -> tuple[Any, list]:
+def train_chunks(
+    run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list[int]
+) -> tuple:
     """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
     returns), the driver writes out the one before: the non-finite check, the logs, the
-    checkpoints, a progress line, and a clean exit if a stop signal came (the chunk in flight is
-    then dropped: a resume runs it again)."""
-    algo, per_chunk, per_iteration = run.algo, run.iterations_per_chunk, run.algo.env_steps_per_iteration
+    checkpoints, an evaluation at each --eval-frequency, a progress line, and a clean exit if a
+    stop signal came (the chunk in flight is then dropped: a resume runs it again)."""
+    algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
+    per_iteration, num_seeds = algo.env_steps_per_iteration, len(run.seeds)
     steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
     loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
     for index in range(done // per_chunk, run.num_chunks):
-        state, metrics = in_flight
-        first = index * per_chunk
+        (state, metrics), first = in_flight, index * per_chunk
         if index + 1 < run.num_chunks:
             in_flight = chunk(state, np.int32(first + per_chunk))
         num_valid = min(per_chunk, algo.num_iterations - first)
         # [S, I]: the real seeds (not the padding), the iterations that ran
-        metrics = jax.tree.map(lambda x: x[: len(run.seeds), :num_valid], to_host(metrics))  # noqa: B023
+        metrics = jax.tree.map(lambda x: x[:num_seeds, :num_valid], to_host(metrics))  # noqa: B023
         sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
         host_state, step = to_host(state), (first + num_valid) * per_iteration
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
             where = f"between steps {first * per_iteration:,} and {step:,}"
             kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
             sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
+        evals = {}  # at each --eval-frequency (and not at the end: finish_run's), every seed's mean return
+        if every and step < total and step // every > first * per_iteration // every:
+            evals["eval/episodic_return"] = to_host(evaluate.result()(state).returns).mean(-1)  # [slots]
         for i, logger in enumerate(loggers):
-            for j in range(num_valid):
-                values = {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
-                rate = {"charts/SPS": sps} if j == num_valid - 1 else {}  # once per chunk
-                logger.log((first + j + 1) * per_iteration, values | rate)
-            logger.flush()
+            rows = [
+                {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
+                for j in range(num_valid)
+            ]
+            rows[-1] |= {"charts/SPS": sps} | {tag: float(x[i]) for tag, x in evals.items()}  # once per chunk
+            logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
             save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
         recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
-        latest, elapsed = (
-            np.nanmean(recent) if np.isfinite(recent).any() else np.nan,
-            time.perf_counter() - start,
-        )
         if is_main_process():
-            bar, rate = "#" * int(20 * step / total), (step - steps_at_start) / elapsed
-            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {rate:,.0f} SPS | return {latest:8.2f}"
-            print(f"{line} | {elapsed:6.1f}s", flush=True)
-        if agreed(len(stop), max) and index < run.num_chunks - 1:  # a signal to any process stops all
+            latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
+            bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - steps_at_start) / elapsed:,.0f} SPS"
+            evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
+            print(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s", flush=True)
+        stopping = to_host(np.array([len(stop)])).any()  # a signal to any process stops all
+        if stopping and index < run.num_chunks - 1:
             for logger in loggers:
                 logger.close()
             if is_main_process():
@@ -1223,7 +1216,7 @@ def train_chunks(run: Run, chunk: Callable, state: Any, done: int, stop: list[in
     if is_main_process():
         steps, seconds = total - steps_at_start, time.perf_counter() - start
         rate = f"{steps / seconds:,.0f} SPS per seed"
-        print(f"trained {steps:,} steps x {len(run.seeds)} seed(s) in {seconds:.2f}s ({rate})")
+        print(f"trained {steps:,} steps x {num_seeds} seed(s) in {seconds:.2f}s ({rate})")
     return state, loggers
 
 
@@ -1231,42 +1224,44 @@ class RunLogger:
     """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
 
     def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
-        jsonl = run_dir / "metrics.jsonl"
-        if jsonl.exists():  # resumed: drop what the run logged after its checkpoint
-            lines = jsonl.read_text().splitlines(keepends=True)
-            jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step))
+        self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
+        if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
+            lines = self.jsonl.read_text().splitlines(keepends=True)
+            self.jsonl.write_text(
+                "".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step)
+            )
         # purge_step: TensorBoard hides the events written after the checkpoint, as above
         self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
-        self.jsonl = open(jsonl, "a")  # noqa: SIM115 (open for the whole run)
-        self.wandb_run = None
         if args.track:
             import wandb
 
             record = json.loads((run_dir / "args.json").read_text())
+            name = record["run_name"]  # the same wandb run after a resume, whatever the directory is called
             names = {
                 "project": args.wandb_project_name,
                 "entity": args.wandb_entity,
-                "name": record["run_name"],
+                "name": name,
+                "id": name,
             }
-            resume = {"id": record["run_name"], "resume": "allow", "reinit": "create_new"}
-            self.wandb_run = wandb.init(**names, **resume, dir=str(run_dir), config=record)
+            self.wandb_run = wandb.init(
+                **names, resume="allow", reinit="create_new", dir=str(run_dir), config=record
+            )
 
-    def log(self, global_step: int, values: dict[str, float]) -> None:
-        values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, global_step)
-        if values:
-            self.jsonl.write(json.dumps({"global_step": global_step, **values}) + "\n")
-            if self.wandb_run is not None:
-                self.wandb_run.log({**values, "global_step": global_step})
-
-    def flush(self) -> None:
+    def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+        """Log rows of (global_step, {tag: value}), leaving NaNs out, and flush them to disk."""
+        with open(self.jsonl, "a") as jsonl:
+            for step, values in rows:
+                values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+                for tag, value in values.items():
+                    self.writer.add_scalar(tag, value, step)
+                if values:
+                    jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
+                if values and self.wandb_run is not None:
+                    self.wandb_run.log({**values, "global_step": step})
         self.writer.flush()
-        self.jsonl.flush()
 
     def close(self) -> None:
         self.writer.close()
-        self.jsonl.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
 
@@ -1305,33 +1300,37 @@ def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.A
         out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
         running = c.running & ~(out.terminated | out.truncated)
         returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
-        carry = EvalCarry(out.state, out.obs, returns, lengths, running, key, policy)
-        return carry, seed_slice(c.env_state, 0)
+        return EvalCarry(out.state, out.obs, returns, lengths, running, key, policy), seed_slice(
+            c.env_state, 0
+        )
 
     carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
     return EvalResult(carry.returns, carry.lengths, first_episode)
 
 
 def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
-    returns, summary = np.asarray(returns, np.float64), {"lengths": np.asarray(lengths).tolist()}
+    returns = np.asarray(returns, np.float64)
     stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
-    return {"returns": returns.tolist(), **summary, **stats}
+    return {"returns": returns.tolist(), "lengths": np.asarray(lengths).tolist(), **stats}
 
 
 def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
     """The final deterministic evaluation of every seed in one program (compile_evaluate's); then
-    each seed's eval.json, learning curve and, on request, model file and video."""
-    algo, args = run.algo, run.args
-    keys = np.asarray(jax.vmap(jax.random.fold_in, (0, None))(seed_keys(run), 1))  # not the training's
-    result = to_host(evaluate(state, keys))
+    each seed's eval.json (with the evaluation curve), its plot and, on request, model and video."""
+    algo, args, step = run.algo, run.args, run.algo.num_iterations * run.algo.env_steps_per_iteration
+    result = to_host(evaluate(state))
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
     for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
-        summary = eval_summary(result.returns[i], result.lengths[i])
-        summary["global_step"] = algo.num_iterations * algo.env_steps_per_iteration
-        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
-        logger.log(summary["global_step"], {"eval/episodic_return": summary["mean"]})
+        summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
+        logger.write([(step, {"eval/episodic_return": summary["mean"]})])
         logger.close()
-        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}")
+        points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
+        curve = [p for p in points if "eval/episodic_return" in p]
+        summary["eval_curve"] = [
+            {"global_step": p["global_step"], "mean": p["eval/episodic_return"]} for p in curve
+        ]
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
         if models is not None:  # --save-model
             model = flax.serialization.to_bytes(seed_slice(models, i))
             (run_dir / f"{args.exp_name}.flax").write_bytes(model)
@@ -1363,15 +1362,17 @@ def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
     return plt
 
 
-def plot_returns(run_dir: Path, title: str) -> None:
-    """episodic_return.png: the training return against environment steps, from metrics.jsonl."""
+def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
+    """episodic_return.png: the training return (and any evaluation return) against env steps."""
     plt = import_pyplot()
-    points = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    points = [p for p in points if "charts/episodic_return" in p]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([p["global_step"] for p in points], [p["charts/episodic_return"] for p in points])
-    ax.set(xlabel="environment steps", ylabel="episodic return (training)", title=title)
+    for tag in ("charts/episodic_return", "eval/episodic_return"):
+        curve = [(p["global_step"], p[tag]) for p in points if tag in p]
+        marker = "o" if tag.startswith("eval") else None  # evaluations are few: each one shows
+        ax.plot(*zip(*curve, strict=True), label=tag.replace("charts", "training"), marker=marker)
+    ax.set(xlabel="environment steps", ylabel="episodic return", title=title)
     ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
     plt.close(fig)
@@ -1384,9 +1385,7 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
     if env_id.endswith("MinAtar"):
         import matplotlib
 
-        palette = np.vstack([[0, 0, 0], np.asarray(matplotlib.colormaps["tab10"].colors) * 255]).astype(
-            np.uint8
-        )
+        palette = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
         grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
@@ -1409,27 +1408,23 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
 
 
 def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
-    """videos/eval.gif of the first evaluation episode; for a Brax env, its viewer's eval.html."""
+    """videos/eval.gif of the first evaluation episode, with one palette for all its frames, from a
+    sample of them (PIL's default searches one per frame: seconds per video); for a Brax env, its
+    viewer's videos/eval.html."""
+    from PIL import Image
+
     folder.mkdir(parents=True, exist_ok=True)
     length = summary["lengths"][0]
     if env_id.startswith("brax/"):
         from brax.io import html
 
         states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
-        (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
-    else:
-        write_gif(folder / "eval.gif", render_frames(algo, env_id, episode, length))
-
-
-def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
-    """One palette for the whole episode, from a sample of its frames (PIL's default searches one
-    per frame: seconds per video)."""
-    from PIL import Image
-
+        return (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
+    frames = render_frames(algo, env_id, episode, length)
     sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+    images[0].save(folder / "eval.gif", save_all=True, append_images=images[1:], duration=1000 // 30, loop=0)
 
 
 def main() -> None:
@@ -1451,7 +1446,7 @@ def main() -> None:
         chunk = compile_chunk(run, state)
         evaluate = pool.submit(compile_evaluate, run, state)
         pool.submit(import_pyplot)
-        state, loggers = train_chunks(run, chunk, state, done, stop)
+        state, loggers = train_chunks(run, chunk, evaluate, state, done, stop)
     finish_run(run, state, loggers, evaluate.result())
 
 
