@@ -74,6 +74,7 @@ SCRIPTS = {
             (flags(total_timesteps=100), "--total-timesteps 100 < one batch"),
             (flags(gamma=1.5), "--gamma and --gae-lambda must lie in [0, 1]"),
             (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(env_id="Acrobot-v1") + ["--mask-velocity"], "--mask-velocity needs --env-id CartPole-v1"),
         ],
         budgets=lambda total, num_envs: dict(total_timesteps=total, num_envs=num_envs, num_steps=16),
     ),
@@ -574,6 +575,34 @@ def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):
     assert plan(num_chunks=2, eval_frequency=64 * 10) == (10, 4)  # an evaluation every 10 iterations
     assert plan(num_chunks=8, eval_frequency=64 * 10) == (5, 8)
     assert plan(num_chunks=2, eval_frequency=10**9) == (20, 2)
+
+
+def test_the_evaluation_curve_rises_where_the_training_curve_rises(tmp_path):
+    """A tiny CartPole run (60k steps, 8 envs; the README command's 500k reach 500) with
+    --eval-frequency 6000: an evaluation at each of its 10 chunk ends. Both curves climb, the
+    evaluation's from about 140 to 500, and they move together over the evaluation points."""
+    tiny = [
+        "--num-envs",
+        "8",
+        "--total-timesteps",
+        "60000",
+        "--eval-frequency",
+        "6000",
+        "--eval-episodes",
+        "8",
+    ]
+    result = run_script("ppo_jax_scan", *tiny, "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    points = read_jsonl(seed_dirs(tmp_path)[0] / "metrics.jsonl")
+    evals = [p for p in points if "eval/episodic_return" in p]
+    training = {
+        p["global_step"]: p["charts/episodic_return"] for p in points if "charts/episodic_return" in p
+    }
+    eval_returns = np.array([p["eval/episodic_return"] for p in evals])
+    train_returns = np.array([training[p["global_step"]] for p in evals])  # logged at the same steps
+    assert len(evals) == 10 and eval_returns[-3:].mean() > eval_returns[0] + 100, eval_returns
+    assert train_returns[-3:].mean() > train_returns[0] + 50, train_returns
+    assert np.corrcoef(eval_returns, train_returns)[0, 1] > 0.3, (eval_returns, train_returns)
 
 
 def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeypatch):

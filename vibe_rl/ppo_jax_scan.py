@@ -88,6 +88,8 @@ class Args:
     """width of the two hidden layers of the actor and of the critic (cnn: of its dense layer)"""
     network: Literal["mlp", "cnn"] = "mlp"
     """torso of actor and critic: mlp (flattened obs) or cnn (MinAtar images: 3x3 conv, then dense)"""
+    mask_velocity: bool = False
+    """CartPole-v1 without its velocities (a partially observed task: ppo_rnn_jax.py's contrast)"""
     normalize_obs: bool = False
     """normalise observations by running mean and std (clipped to +-10)"""
     normalize_reward: bool = False
@@ -163,9 +165,7 @@ class Actor(nn.Module):
         return distrax.MultivariateNormalDiag(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
 
 
-class Critic(nn.Module):
-    """obs [..., obs_dim] -> state value [...]."""
-
+class Critic(nn.Module):  # obs [..., obs_dim] -> state value [...]
     spec: EnvSpec
     hidden_size: int = 64
     network: str = "mlp"
@@ -186,9 +186,7 @@ class AgentParams(NamedTuple):
     critic: Params
 
 
-class RunningMeanStd(NamedTuple):
-    """Running mean and variance (parallel Welford), for obs and return normalisation."""
-
+class RunningMeanStd(NamedTuple):  # running mean and variance, for obs and return normalisation
     mean: jax.Array  # [obs_dim] or []
     var: jax.Array  # same shape as mean
     count: jax.Array  # []
@@ -222,9 +220,7 @@ class Transition(NamedTuple):
     episode_length: jax.Array  # [N]
 
 
-class RolloutRandomness(NamedTuple):
-    """The rollout's random numbers, drawn before it; the scan slices one step [N, ...] at a time."""
-
+class RolloutRandomness(NamedTuple):  # drawn before the rollout; its scan slices a step [N, ...]
     action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
     env_keys: jax.Array  # [T, N, 2] a key for each env's step
 
@@ -359,9 +355,11 @@ class Setup(NamedTuple):
     optimizer: optax.GradientTransformation
 
 
-def flatten_obs(obs: jax.Array) -> jax.Array:
-    """[N, *obs_shape] -> [N, obs_dim]: the rollout stores observations flat (MinAtar images too)."""
-    return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+def flatten_obs(obs: jax.Array, mask_velocity: bool) -> jax.Array:
+    """[N, *obs_shape] -> [N, obs_dim]: the rollout stores observations flat (MinAtar images too).
+    --mask-velocity zeroes CartPole's cart and pole velocities (obs 1 and 3)."""
+    obs = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+    return obs * jnp.array([1.0, 0.0, 1.0, 0.0]) if mask_velocity else obs
 
 
 def rollout_step(
@@ -386,13 +384,13 @@ def rollout_step(
     if args.normalize_reward:
         return_rms = rms_update(return_rms, discounted_return)
         reward = jnp.clip(reward / jnp.sqrt(return_rms.var + 1e-8), -10.0, 10.0)
-    final_obs = flatten_obs(step.final_obs)
+    final_obs = flatten_obs(step.final_obs, args.mask_velocity)
     transition = Transition(
         state.obs, action, reward, step.terminated, step.truncated, final_obs, episode_return, episode_length
     )
     state = state._replace(
         env_state=step.state,
-        obs=flatten_obs(step.obs),
+        obs=flatten_obs(step.obs, args.mask_velocity),
         episode_return=jnp.where(done, 0.0, episode_return),
         episode_length=jnp.where(done, 0, episode_length),
         return_rms=return_rms,
@@ -557,6 +555,9 @@ def build_setup(args: Args) -> Setup:
     require_positive(args, "hidden_size")
     image = len(spec.obs_shape) == 3
     require(image or args.network == "mlp", f"--network cnn needs image observations, not {spec.obs_shape}")
+    require(
+        args.env_id == "CartPole-v1" or not args.mask_velocity, "--mask-velocity needs --env-id CartPole-v1"
+    )
     require(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
     require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
     batch_size = args.num_envs * args.num_steps
@@ -591,7 +592,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         params=params,
         opt_state=setup.optimizer.init(params),
         env_state=env_state,
-        obs=flatten_obs(obs),  # [N, obs_dim]
+        obs=flatten_obs(obs, setup.args.mask_velocity),  # [N, obs_dim]
         episode_return=jnp.zeros(num_envs),
         episode_length=jnp.zeros(num_envs, jnp.int32),
         obs_rms=rms_init((obs_dim,)),
@@ -622,7 +623,7 @@ class SavedModel(NamedTuple):  # what --save-model writes: enough to act
 
 def greedy_action(setup: Setup, model: SavedModel, obs: jax.Array) -> jax.Array:
     """The evaluation policy: the likeliest action, or the mean clipped. [E, *obs_shape] -> [E(, A)]."""
-    obs = normalize(flatten_obs(obs), model.obs_rms, setup.args.normalize_obs)
+    obs = normalize(flatten_obs(obs, setup.args.mask_velocity), model.obs_rms, setup.args.normalize_obs)
     action = setup.actor.apply(model.params.actor, obs).mode()
     return action if setup.spec.discrete else jnp.clip(action, setup.spec.action_low, setup.spec.action_high)
 
