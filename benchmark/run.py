@@ -4,26 +4,50 @@
     python -m benchmark --full                   the whole suite at full budget
     python -m benchmark --algos ppo --envs CartPole-v1 --seeds 2 --out bench
     python -m benchmark --quick --peers          + rejax and Stable-Baselines3, when installed
+    python -m benchmark --full --results-doc     + write docs/results.md, the page to cite
+    python -m benchmark --quick --eval-points 0  no evaluation curves (for throughput figures)
 
 The suite (scripts, envs, flags, budgets, thresholds) is benchmark/suite.toml. Each entry
 is run as one subprocess, exactly as a user runs the script (`--num-seeds N`: N seeds in
-one vmapped program), and read back from its run directories (eval.json, metrics.jsonl,
-args.json); nothing is imported from the scripts. Writes to --out:
+one vmapped program, `--eval-frequency total_timesteps // eval_points`: an evaluation curve),
+and read back from its run directories (eval.json, metrics.jsonl, args.json); nothing is
+imported from the scripts. Writes to --out:
 
-    results.json     every figure, with the machine, jax/jaxlib versions, device and date
-    results.md       the table: eval return vs threshold, wall/compile time, env steps/s
-    curves_{env}.png learning curves (mean +- std over seeds vs env steps), every script
+    results.json     every figure, with the machine, jax/jaxlib versions, device and date;
+                     per entry each seed's final score and evaluation curve
+    results.md       the tables: IQM [95% CI] vs threshold, wall/compile time, env steps/s;
+                     per script, the IQM of its normalised scores over its envs
+    curves_{env}.png learning curves, every script: mean and 95% bootstrap band over seeds of
+                     the training return (solid) and of the evaluation return (dashed)
+    profile.png      performance profiles: per script, the fraction of runs whose normalised
+                     score exceeds tau
     runs/            the scripts' run directories
+
+--docs writes the table into docs/benchmarks.md; --results-doc writes docs/results.md, a
+reference page (definitions, command, date, one table per script, the aggregates, the plots
+copied into docs/img/). `python -m benchmark.export RUN_DIRS` writes the runs' training
+curves as a CSV; `python -m benchmark.random_policy ENV_IDS` measures suite.toml's [random].
 
 Exit status 1 if any entry crashed, timed out, was missing or missed its threshold.
 
 Definitions:
-- eval return: the mean over seeds of eval.json's "mean" (final deterministic evaluation);
-  +- is the std over seeds.
+- score: a seed's eval.json "mean", its final deterministic evaluation (the mean return of
+  --eval-episodes episodes). eval return: the mean over seeds of the scores, +- their std.
+- IQM [95% CI]: the interquartile mean of the seeds' scores (trim_mean(x, 0.25): with 3 seeds
+  or fewer, the mean) and its 95% percentile bootstrap interval over the seeds (2000
+  resamples, benchmark/stats.py). An entry passes when its IQM reaches its threshold.
+- normalised: (score - random) / (threshold - random): the random policy's return (suite.toml's
+  [random]) is 0 and the entry's threshold, the reference, is 1 (the quick preset's own
+  threshold in --quick). Per script: the IQM of the normalised scores of all its runs, every
+  env's seeds pooled, with a stratified bootstrap CI (seeds resampled within each env), as in
+  Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice".
 - compile s: the sum of the "compiled ... in X.Xs" lines the script prints.
 - env steps/s: training throughput summed over seeds = seeds x the median of the run's
-  logged charts/SPS (each chunk's steps / its time: compile, start-up and evaluation
-  excluded); where a script logs no charts/SPS, total steps x seeds / (wall - compile).
+  logged charts/SPS (each chunk's steps / its time: compile, start-up and the final
+  evaluation excluded); where a script logs no charts/SPS, total steps x seeds / (wall -
+  compile). The evaluations at --eval-frequency run while the next chunk is in flight and
+  share its device: they lower charts/SPS (quick PPO CartPole-v1, 2026-11-25: ~100k instead
+  of ~150k-190k steps/s); `--eval-points 0` measures speed without them.
 - ceiling: random-action gymnax stepping in one compiled scan (benchmark/ceiling.py) at
   num_envs x seeds parallel envs, the same number the vmapped program steps.
 """
@@ -31,6 +55,7 @@ Definitions:
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import math
@@ -53,12 +78,15 @@ else:  # Python 3.10: the same parser, from PyPI
 
 import numpy as np
 
+from benchmark.stats import iqm, mean_ci_band, normalise, performance_profile, stratified_bootstrap_ci
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = Path(__file__).with_name("suite.toml")
 PEERS_DIR = Path(__file__).with_name("peers")
 COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.MULTILINE)
 TRAINED = re.compile(r"^trained .* in ([0-9.]+)s", re.MULTILINE)  # the peer runners print it
 DOCS_PATH = ROOT / "docs" / "benchmarks.md"
+RESULTS_DOC_PATH = ROOT / "docs" / "results.md"
 
 
 # =====================================================================================
@@ -78,15 +106,28 @@ class Entry:
     timeout: float
     flags: dict[str, Any] = field(default_factory=dict)
     variant: str = ""  # tells apart two entries of one script and env (e.g. "masked")
+    eval_points: int = 20  # evaluations per run: --eval-frequency total_timesteps // eval_points (0: off)
+    random_score: float | None = None  # the random policy's return on env (suite.toml's [random])
+    threshold_source: str = ""  # where the threshold comes from: the comment on its line in suite.toml
 
     @property
     def name(self) -> str:
         return Path(self.script).stem + (f" ({self.variant})" if self.variant else "")
 
+    @property
+    def eval_frequency(self) -> int:
+        return max(1, self.total_timesteps // self.eval_points) if self.eval_points else 0
+
 
 def load_suite(path: Path = SUITE) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+    """The suite; each [[entry]] gains `threshold_source`, the comment on its threshold line."""
+    text = path.read_text()
+    suite = tomllib.loads(text)
+    blocks = re.split(r"^\[\[entry\]\]\s*$", text, flags=re.MULTILINE)[1:]  # the text of each [[entry]]
+    for raw, block in zip(suite.get("entry", []), blocks, strict=True):
+        found = re.search(r"^threshold\s*=[^#\n]*#\s*(.*)$", block, flags=re.MULTILINE)
+        raw.setdefault("threshold_source", found.group(1).strip() if found else "")
+    return suite
 
 
 def select_entries(
@@ -96,11 +137,14 @@ def select_entries(
     envs: list[str] | None = None,
     seeds: int | None = None,
     timeout: float | None = None,
+    eval_points: int | None = None,
 ) -> list[Entry]:
     """The suite's entries for a preset, filtered by script name and env.
 
     --quick keeps the entries with a `quick` table and applies its budget, threshold, flags
-    (and seeds, timeout) over the full ones; [defaults] gives seeds and timeout otherwise.
+    (and seeds, timeout, eval_points) over the full ones; [defaults] gives seeds, timeout and
+    eval_points otherwise; seeds, timeout and eval_points given here override all. A quick
+    threshold's source is "quick smoke threshold".
     An algo matches a script's stem or its prefix up to "_" ("ppo" selects ppo_jax_scan
     and ppo_multigpu).
     """
@@ -116,6 +160,8 @@ def select_entries(
             continue
         over = raw.get("quick", {}) if quick else {}
         prefix = "quick_" if quick else ""
+        source = "quick smoke threshold, not a reference" if "threshold" in over else ""
+        points = over.get("eval_points", raw.get("eval_points", defaults.get("eval_points", 20)))
         entries.append(
             Entry(
                 script=raw["script"],
@@ -127,6 +173,9 @@ def select_entries(
                 or over.get("timeout", raw.get("timeout", defaults.get(prefix + "timeout", 3600))),
                 flags={**raw.get("flags", {}), **over.get("flags", {})},
                 variant=raw.get("variant", ""),
+                eval_points=points if eval_points is None else eval_points,
+                random_score=suite.get("random", {}).get(raw["env"]),
+                threshold_source=source or raw.get("threshold_source", ""),
             )
         )
     return entries
@@ -213,6 +262,14 @@ def learning_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     return [p["global_step"] for p in points], [p["charts/episodic_return"] for p in points]
 
 
+def eval_curve(evaluation: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """(global_step, mean return) of eval.json's evaluation curve (--eval-frequency's points, then
+    the final evaluation); just the final evaluation where the run wrote no curve."""
+    points = evaluation.get("eval_curve") or [evaluation]
+    points = [p for p in points if "global_step" in p]
+    return [p["global_step"] for p in points], [p["mean"] for p in points]
+
+
 def read_evals(run_dirs: list[Path]) -> list[dict[str, Any]]:
     return [json.loads((d / "eval.json").read_text()) for d in run_dirs if (d / "eval.json").is_file()]
 
@@ -253,18 +310,25 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         str(entry.seeds),
         "--exp-name",
         Path(entry.script).stem,
+        "--eval-frequency",
+        str(entry.eval_frequency),
         *flag_list(entry.flags),
     ]
     outcome = launch(
         ROOT / entry.script, flags, out / "runs" / tag, entry.timeout, out / "logs" / f"{tag}.log"
     )
-    seed_means = [e["mean"] for e in read_evals(outcome.run_dirs)]
+    evals = read_evals(outcome.run_dirs)
+    seed_means = [e["mean"] for e in evals]
     mean, std = mean_std(seed_means)
+    score = iqm(seed_means) if seed_means else None
     status, note = outcome.status, outcome.note
     if status == "ok" and len(seed_means) != entry.seeds:
         status, note = "crash", f"{len(seed_means)} run directories for {entry.seeds} seeds"
     if status == "ok":
-        status = "pass" if mean >= entry.threshold else "fail"
+        status = "pass" if score >= entry.threshold else "fail"
+    normalised = None
+    if seed_means and entry.random_score is not None:  # the random policy at 0, the threshold at 1
+        normalised = [normalise(x, entry.random_score, entry.threshold) for x in seed_means]
     sps_logged = [s for s in map(median_sps, outcome.run_dirs) if s is not None]
     if status in ("pass", "fail") and sps_logged:
         sps = float(np.mean(sps_logged)) * entry.seeds
@@ -279,7 +343,12 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         "note": note,
         "eval_mean": mean,
         "eval_std": std,
-        "seed_eval_means": seed_means,
+        "seed_eval_means": seed_means,  # each seed's final score
+        "iqm": score,
+        "iqm_ci95": list(stratified_bootstrap_ci([seed_means])) if seed_means else None,
+        "normalised_scores": normalised,  # each seed's
+        "normalised_iqm": iqm(normalised) if normalised else None,
+        "eval_curves": [eval_curve(e) for e in evals],  # each seed's (steps, mean returns)
         "wall_s": outcome.wall_s,
         "compile_s": outcome.compile_s,
         "env_steps_per_s": sps,
@@ -287,8 +356,29 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         "curves": [learning_curve(d) for d in outcome.run_dirs],
         "run_dirs": [str(d) for d in outcome.run_dirs],
     }
-    print(f"  {entry.name} {entry.env}: {status} {fmt(mean)} (threshold {entry.threshold}) {note}")
+    iqm_ci = ci_text(score, result["iqm_ci95"])
+    print(f"  {entry.name} {entry.env}: {status} IQM {iqm_ci} (threshold {entry.threshold}) {note}")
     return result
+
+
+def aggregates(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per script, over its entries (envs) that ran and have a random score: the IQM of the
+    normalised scores of all runs, every entry's seeds pooled, and its stratified bootstrap
+    95% CI (each entry's seeds resampled within it)."""
+    tasks: dict[str, list[list[float]]] = {}
+    for r in entries:
+        if r["status"] in ("pass", "fail") and r.get("normalised_scores"):
+            tasks.setdefault(Path(r["script"]).stem, []).append(r["normalised_scores"])
+    return [
+        {
+            "script": script,
+            "envs": len(scores),
+            "runs": sum(map(len, scores)),
+            "normalised_iqm": iqm(np.concatenate(scores)),
+            "normalised_iqm_ci95": list(stratified_bootstrap_ci(scores)),
+        }
+        for script, scores in tasks.items()
+    ]
 
 
 # =====================================================================================
@@ -427,6 +517,25 @@ def fmt(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
 
+def ci_text(value: float | None, ci: list[float] | None) -> str:
+    """'value [low, high]', two decimals."""
+    return "–" if value is None or ci is None else f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def aggregate_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The per-script aggregate as markdown lines."""
+    lines = [
+        "| script | envs | runs | normalised IQM [95% CI] |",
+        "|---|---|---|---|",
+    ]
+    for a in rows:
+        lines.append(
+            f"| {a['script']} | {a['envs']} | {a['runs']} "
+            f"| {ci_text(a['normalised_iqm'], a['normalised_iqm_ci95'])} |"
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown tables: suite, seed scaling, peers."""
     m = report["machine"]
@@ -434,9 +543,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"`{m['command']}` — {m['date']}, {m['device_kind']} ({m['backend']}, {m['cpu_count']} CPU cores), "
         f"jax {m['jax']}, jaxlib {m['jaxlib']}",
         "",
-        "| script | env | seeds | steps | eval return | threshold | result | wall s | compile s "
-        "| env steps/s | ceiling steps/s | % of ceiling |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| script | env | seeds | steps | eval return | IQM [95% CI] | normalised IQM | threshold | result "
+        "| wall s | compile s | env steps/s | ceiling steps/s | % of ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["entries"]:
         ret = "–" if r["eval_mean"] is None else f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f}"
@@ -447,10 +556,17 @@ def markdown(report: dict[str, Any]) -> str:
         frac = f"{100 * r['env_steps_per_s'] / ceil:.2g}" if ceil and r["env_steps_per_s"] else "–"
         lines.append(
             f"| {r['name']} | {r['env']} | {r['seeds']} | {r['total_timesteps']:,} | {ret} "
+            f"| {ci_text(r.get('iqm'), r.get('iqm_ci95'))} | {fmt(r.get('normalised_iqm'), 2)} "
             f"| {r['threshold']:g} "
             f"| {result} | {fmt(r['wall_s'])} | {fmt(r['compile_s'])} | {fmt(r['env_steps_per_s'], 0)} "
             f"| {fmt(ceil, 0)} | {frac} |"
         )
+    if report.get("aggregates"):
+        lines += [
+            "",
+            "Per script: the IQM of the normalised scores (random 0, threshold 1), all envs' seeds pooled:",
+        ]
+        lines += ["", *aggregate_table(report["aggregates"])]
     if report.get("seed_scaling"):
         lines += ["", "Seed scaling (PPO CartPole-v1, seeds vmapped in one program; training time only):", ""]
         lines += ["| seeds | train s | compile s | time / 1 seed |", "|---|---|---|---|"]
@@ -479,35 +595,79 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
-    """One PNG per env: mean +- std over seeds of the training return vs env steps."""
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
+    """One PNG per env, every script on it: the mean and 95% bootstrap band over seeds of the
+    training return (solid) and of the deterministic evaluation return (dashed) vs env steps."""
+    plt = pyplot()
     paths = []
     for env in dict.fromkeys(r["env"] for r in entries):
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in (r for r in entries if r["env"] == env):
-            curves = [c for c in r["curves"] if len(c[0]) > 1]
-            if not curves:
-                continue
-            grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), 100)
-            ys = np.stack([np.interp(grid, steps, returns) for steps, returns in curves])  # [seeds, 100]
-            mean, std = ys.mean(0), ys.std(0)
-            ax.plot(grid, mean, label=f"{r['name']} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
-            ax.fill_between(grid, mean - std, mean + std, alpha=0.2)
-        ax.set(title=env, xlabel="env steps", ylabel="episodic return (training)")
+            color = None
+            for kind, curves, style in (
+                ("train", r["curves"], "-"),
+                ("eval", r.get("eval_curves", []), "--"),
+            ):
+                grid, mean, low, high = mean_ci_band([c for c in curves if len(c[0]) > 1])
+                if len(grid) < 2:
+                    continue
+                n = sum(len(c[0]) > 1 for c in curves)
+                label = f"{r['name']} {kind} ({n} seed{'s' if n > 1 else ''})"
+                (line,) = ax.plot(grid, mean, style, color=color, label=label)
+                color = line.get_color()  # the script's eval curve in its training curve's colour
+                ax.fill_between(grid, low, high, color=color, alpha=0.15)
+        ax.set(
+            title=f"{env}: mean and 95% bootstrap CI over seeds", xlabel="env steps", ylabel="episodic return"
+        )
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend()
+            ax.legend(fontsize="small")
         path = out / f"curves_{env.replace('/', '-')}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def plot_profile(entries: list[dict[str, Any]], out: Path) -> Path | None:
+    """profile.png: per script, the fraction of its runs (every env's seeds) whose normalised
+    score exceeds tau; None when no entry has normalised scores."""
+    runs: dict[str, list[float]] = {}
+    for r in entries:
+        if r["status"] in ("pass", "fail") and r.get("normalised_scores"):
+            runs.setdefault(Path(r["script"]).stem, []).extend(r["normalised_scores"])
+    if not runs:
+        return None
+    every = np.concatenate(list(runs.values()))
+    taus = np.linspace(min(0.0, every.min()) - 0.05, max(1.0, every.max()) + 0.05, 400)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for script, scores in runs.items():
+        ax.plot(taus, performance_profile(scores, taus), label=f"{script} ({len(scores)} runs)")
+    ax.axvline(1.0, color="gray", linestyle=":", label="threshold")
+    ax.set(
+        title="Performance profiles",
+        xlabel="normalised score τ (random policy 0, threshold 1)",
+        ylabel="fraction of runs with score > τ",
+        ylim=(-0.02, 1.02),
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    path = out / "profile.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Path = DOCS_PATH) -> None:
@@ -530,6 +690,111 @@ def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Pat
     docs.write_text(text)
 
 
+RESULTS_INTRO = """\
+# Results
+
+Written by `python -m benchmark --results-doc` (benchmark/run.py, `write_results_doc`) from one
+run of the suite, benchmark/suite.toml: regenerate it, do not edit it by hand.
+
+**Measured:** {date} with `{command}` ({preset} preset), on {device_kind} ({backend}, {cpu_count}
+CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.
+
+## What the numbers are
+
+- **Score** of a run (one seed): its final deterministic (greedy) evaluation, eval.json's
+  `"mean"`: the mean return of `--eval-episodes` episodes (32 unless the entry says otherwise),
+  each played to its end, after `steps` env steps of training.
+- **IQM [95% CI]**: the interquartile mean of the seeds' scores (`scipy.stats.trim_mean(x,
+  0.25)`: sort, drop a quarter at each end; with 3 seeds or fewer it is the mean) and its 95%
+  percentile bootstrap interval (2000 resamples of the seeds, benchmark/stats.py). With few
+  seeds the percentile bootstrap under-covers: read the interval as a lower bound on the
+  uncertainty. All seeds of an entry train together in one vmapped program (`--num-seeds`),
+  seeds 1, 2, 3, ....
+- **Threshold**: the entry's pass mark in benchmark/suite.toml, with its source (a published
+  reference, or a stated margin below one); the entry passes when its IQM reaches it. It is
+  also the **reference** of the normalised score.
+- **Random**: the return of uniform random actions, suite.toml's `[random]` table (256
+  episodes, `python -m benchmark.random_policy`; the command and date are above the table).
+- **Normalised score**: (score - random) / (threshold - random): a random policy scores 0 and
+  the threshold 1.
+- **Per-script aggregate**: the IQM of the normalised scores of all the script's runs, every
+  env's seeds pooled, with a stratified bootstrap 95% CI (each bootstrap sample resamples the
+  seeds within each env), as Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of
+  the Statistical Precipice", recommend.
+- **Wall s**: the whole process (start-up, compilation, training, evaluations), all seeds.
+- **Env steps/s**: training throughput summed over the seeds: seeds x the median of the run's
+  logged `charts/SPS` (compilation and evaluations excluded).
+- **Curves**: per env, the mean over seeds and its 95% bootstrap band of the training return
+  (`charts/episodic_return`, solid: the mean return of the episodes that ended in each logged
+  iteration, exploration included) and of the deterministic evaluation every
+  `total_timesteps / eval_points` steps (`eval/episodic_return`, dashed). Each seed's curve is
+  interpolated onto a common grid of steps.
+- **Performance profile**: per script, the fraction of its runs whose normalised score
+  exceeds τ.
+"""
+
+
+def write_results_doc(
+    report: dict[str, Any], plots: list[Path], profile: Path | None, docs: Path = RESULTS_DOC_PATH
+) -> None:
+    """docs/results.md: the reference page of one run of the suite (definitions, command, date,
+    one table per script, the per-script aggregate) and its plots, copied into docs/img/."""
+    image_dir = docs.parent / "img"
+    image_dir.mkdir(parents=True, exist_ok=True)
+    images = {}
+    for path in [*plots, *([profile] if profile else [])]:
+        shutil.copy(path, image_dir / f"results-{path.name}")
+        images[path.name] = f"img/results-{path.name}"
+    machine = collections.defaultdict(lambda: "?", {**report["machine"], "preset": report["preset"]})
+    lines = [RESULTS_INTRO.format_map(machine)]
+    scripts = dict.fromkeys(Path(r["script"]).stem for r in report["entries"])
+    for script in scripts:
+        entries = [r for r in report["entries"] if Path(r["script"]).stem == script]
+        lines += [
+            f"## {script}",
+            "",
+            "| env | steps | seeds | IQM [95% CI] | seeds' scores | random | threshold (reference) | source "
+            "| normalised IQM | result | wall s | env steps/s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in entries:
+            cells = [
+                r["env"] + (f" ({r['variant']})" if r.get("variant") else ""),
+                f"{r['total_timesteps']:,}",
+                r["seeds"],
+                ci_text(r.get("iqm"), r.get("iqm_ci95")),
+                ", ".join(f"{x:.2f}" for x in r.get("seed_eval_means") or []) or "–",
+                fmt(r.get("random_score"), 2),
+                f"{r['threshold']:g}",
+                r.get("threshold_source") or "–",
+                fmt(r.get("normalised_iqm"), 2),
+                r["status"] + (f": {r['note'][:80]}" if r.get("note") else ""),
+                fmt(r["wall_s"]),
+                fmt(r["env_steps_per_s"], 0),
+            ]
+            lines.append("| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |")
+        curves = [f"curves_{env.replace('/', '-')}.png" for env in dict.fromkeys(r["env"] for r in entries)]
+        links = [
+            f"[{name.removeprefix('curves_').removesuffix('.png')}]({images[name]})"
+            for name in curves
+            if name in images
+        ]
+        lines += ["", f"Curves: {', '.join(links)}." if links else "", ""]
+    lines += ["## Per script, over its envs", ""]
+    if report.get("aggregates"):
+        lines += ["Normalised scores (random 0, threshold 1), all envs' seeds pooled:", ""]
+        lines += [*aggregate_table(report["aggregates"]), ""]
+    else:
+        lines += ["No entry had a random score to normalise by.", ""]
+    if "profile.png" in images:
+        lines += [f"![performance profiles]({images['profile.png']})", ""]
+    lines += ["## Curves", ""]
+    lines += [
+        f"![{name.removesuffix('.png')}]({link})\n" for name, link in images.items() if name != "profile.png"
+    ]
+    docs.write_text("\n".join(lines).rstrip("\n") + "\n")
+
+
 # =====================================================================================
 # main
 # =====================================================================================
@@ -546,6 +811,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--envs", help="comma-separated env ids, e.g. CartPole-v1,Pendulum-v1")
     parser.add_argument("--seeds", type=int, help="seeds per entry (overrides the suite)")
     parser.add_argument("--timeout", type=float, help="seconds per entry (overrides the suite)")
+    parser.add_argument(
+        "--eval-points", type=int, help="evaluations per run (overrides the suite; 0: none, for pure speed)"
+    )
     parser.add_argument("--out", type=Path, help="output directory (default benchmark/out/{preset}-{time})")
     parser.add_argument("--suite", type=Path, default=SUITE, help="the suite file")
     parser.add_argument("--peers", action="store_true", help="also run rejax and SB3 PPO, when installed")
@@ -553,6 +821,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-seed-scaling", action="store_true", help="skip the 1/8/64-seed timing")
     parser.add_argument(
         "--docs", action="store_true", help="write the table and plots into docs/benchmarks.md"
+    )
+    parser.add_argument(
+        "--results-doc",
+        action="store_true",
+        help="write docs/results.md: the reference page (IQM and 95%% CI per entry, aggregates, plots)",
     )
     return parser.parse_args(argv)
 
@@ -562,7 +835,9 @@ def main(argv: list[str] | None = None) -> int:
     preset = "quick" if args.quick else "full"
     split = lambda s: s.split(",") if s else None
     suite = load_suite(args.suite)
-    entries = select_entries(suite, args.quick, split(args.algos), split(args.envs), args.seeds, args.timeout)
+    entries = select_entries(
+        suite, args.quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points
+    )
     out = args.out or ROOT / "benchmark" / "out" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": []}
@@ -583,12 +858,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.peers and "peers" in suite:
         report["peers"] = run_peers(suite["peers"], args.quick, out)
 
+    report["aggregates"] = aggregates(report["entries"])
     plots = plot_curves(report["entries"], out)
+    profile = plot_profile(report["entries"], out)
     table = markdown(report)
     (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "results.md").write_text(table)
     if args.docs:
         update_docs(report, table, plots)
+    if args.results_doc:
+        write_results_doc(report, plots, profile)
     print(table)
     failed = [f"{r['name']} {r['env']}: {r['status']}" for r in report["entries"] if r["status"] != "pass"]
     print("FAILED: " + "; ".join(failed) if failed else "all checks passed")

@@ -29,7 +29,7 @@ from pathlib import Path
 p = argparse.ArgumentParser()
 for name in ("--env-id", "--exp-name", "--output-dir"):
     p.add_argument(name)
-for name in ("--seed", "--num-seeds", "--total-timesteps", "--num-envs"):
+for name in ("--seed", "--num-seeds", "--total-timesteps", "--num-envs", "--eval-frequency"):
     p.add_argument(name, type=int, default=1)
 p.add_argument("--fake-return", type=float, default=100.0)
 p.add_argument("--fake-mode", default="ok")
@@ -42,7 +42,8 @@ print("compiled one chunk (1 updates x 4 steps, 1 seed(s)) in 0.5s")
 for seed in range(args.seed, args.seed + args.num_seeds):
     run_dir = Path(args.output_dir) / f"{args.env_id}__{args.exp_name}__{seed}__0"
     run_dir.mkdir(parents=True)
-    (run_dir / "args.json").write_text(json.dumps({"num_envs": args.num_envs, "exp_name": args.exp_name}))
+    record = {"num_envs": args.num_envs, "exp_name": args.exp_name, "eval_frequency": args.eval_frequency}
+    (run_dir / "args.json").write_text(json.dumps(record))
     with open(run_dir / "metrics.jsonl", "w") as f:
         for i in range(1, 5):
             step = i * args.total_timesteps // 4
@@ -50,8 +51,10 @@ for seed in range(args.seed, args.seed + args.num_seeds):
             f.write(json.dumps({**point, "charts/SPS": 1000.0}) + "\\n")
     if args.fake_mode != "no-eval":
         mean = args.fake_return + seed
+        curve = [{"global_step": args.total_timesteps // 2, "mean": mean / 2},
+                 {"global_step": args.total_timesteps, "mean": mean}]
         (run_dir / "eval.json").write_text(json.dumps({"returns": [mean], "lengths": [1], "mean": mean,
-                                                       "std": 0.0, "episodes": 1}))
+                                                       "std": 0.0, "episodes": 1, "eval_curve": curve}))
 '''
 
 
@@ -96,11 +99,27 @@ def test_suite_file_parses_and_covers_the_issue():
     assert suite["seed_scaling"]["seeds"] == [1, 8, 64]
 
 
+def test_every_env_has_a_random_score_and_every_threshold_a_source():
+    suite = bench.load_suite()
+    for entry in bench.select_entries(suite, quick=False):
+        assert entry.random_score is not None, entry.env  # suite.toml's [random] covers the suite
+        assert entry.threshold_source, (entry.name, entry.env)  # the comment on its threshold line
+        assert entry.eval_frequency == entry.total_timesteps // 20  # [defaults] eval_points = 20
+    (ppo,) = bench.select_entries(suite, quick=False, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
+    assert ppo.threshold_source.startswith("[gymnasium] solved at 475")
+    (quick,) = bench.select_entries(suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
+    assert quick.threshold_source.startswith("quick smoke threshold")
+
+
 def test_select_entries_filters_and_overrides():
     suite = bench.load_suite()
     ppo = bench.select_entries(suite, quick=False, algos=["ppo"], envs=["CartPole-v1"], seeds=5, timeout=7)
     assert {e.name for e in ppo} == {"ppo_jax_scan", "ppo_multigpu", "ppo_rnn_jax", "ppo_rnn_jax (masked)"}
     assert all(e.seeds == 5 and e.timeout == 7 and e.env == "CartPole-v1" for e in ppo)
+    (ppo,) = bench.select_entries(
+        suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"], eval_points=0
+    )
+    assert ppo.eval_frequency == 0  # --eval-points 0: no evaluation curve
     (dqn,) = bench.select_entries(suite, quick=True, algos=["dqn_jax"])
     assert dqn.flags["learning-starts"] < 10_000  # the quick table's flags override the full ones
 
@@ -134,6 +153,7 @@ def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
         fake_entry("NoEval-v0", 0.0, fake_mode="no-eval"),
         fake_entry("Hang-v0", 0.0, timeout=2, fake_mode="hang"),
         fake_entry("CartPole-v1", 0.0, script="vibe_rl/no_such_script.py"),
+        '[random]\n"Good-v0" = 1.0\n"Weak-v0" = 0.0\n',
     ]
     code, report = run_harness(tmp_path, write_suite(tmp_path, "".join(entries)))
     assert code == 1
@@ -149,6 +169,19 @@ def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
     good = report["entries"][0]
     assert good["seed_eval_means"] == [101.0, 102.0]  # 2 seeds, one subprocess
     assert good["eval_mean"] == pytest.approx(101.5) and good["eval_std"] == pytest.approx(0.5)
+    assert good["iqm"] == pytest.approx(101.5)  # 2 seeds: the IQM is the mean
+    assert good["iqm_ci95"][0] >= 101.0 and good["iqm_ci95"][1] <= 102.0
+    assert good["normalised_scores"] == pytest.approx(
+        [100 / 49, 101 / 49]
+    )  # random 1 -> 0, threshold 50 -> 1
+    assert good["eval_curves"][0] == [[200, 400], [50.5, 101.0]]  # each seed's eval.json eval_curve
+    run_args = json.loads((Path(good["run_dirs"][0]) / "args.json").read_text())
+    assert run_args["eval_frequency"] == 400 // 20  # the suite-wide default: 20 evaluations per run
+    (aggregate,) = report["aggregates"]  # fake_algo over Good-v0 and Weak-v0 (the others did not run)
+    assert (aggregate["script"], aggregate["envs"], aggregate["runs"]) == ("fake_algo", 2, 4)
+    assert aggregate["normalised_iqm"] == pytest.approx((102 / 500 + 100 / 49) / 2)  # the middle 2 of 4
+    low, high = aggregate["normalised_iqm_ci95"]
+    assert low <= aggregate["normalised_iqm"] <= high
     assert good["compile_s"] == pytest.approx(0.5)
     assert good["env_steps_per_s"] == pytest.approx(2000.0)  # seeds x the logged charts/SPS
     assert good["num_envs"] == 4
@@ -160,6 +193,8 @@ def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
     for word in ("| fake_algo | Good-v0 | 2 |", "101.5 ± 0.5", "FAIL", "CRASH", "TIMEOUT", "MISSING"):
         assert word in table
     assert (tmp_path / "out" / "curves_Good-v0.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "profile.png").stat().st_size > 1000
+    assert "| fake_algo | 2 | 4 |" in table  # the per-script aggregate
 
 
 def test_all_passing_exits_zero_and_quick_uses_the_quick_table(tmp_path):
@@ -206,11 +241,70 @@ def test_docs_block_is_replaced_not_duplicated(tmp_path):
     assert (tmp_path / "benchmarks" / "quick-cpu-curves_X.png").is_file()
 
 
+def test_results_doc_has_a_table_per_script_the_aggregate_and_the_plots(tmp_path):
+    machine = {"command": "python -m benchmark --full --results-doc", "date": "2026-11-25T10:00:00+00:00"}
+    machine |= {"device_kind": "cpu", "backend": "cpu", "cpu_count": 2, "jax": "0.10.2", "jaxlib": "0.10.2"}
+
+    def entry(script: str, env: str, scores: list[float], random: float, threshold: float) -> dict:
+        normalised = [(x - random) / (threshold - random) for x in scores]
+        return {
+            "script": f"vibe_rl/{script}.py",
+            "env": env,
+            "variant": "",
+            "total_timesteps": 500_000,
+            "seeds": len(scores),
+            "threshold": threshold,
+            "threshold_source": "[gymnasium] solved at 475",
+            "random_score": random,
+            "status": "pass",
+            "note": "",
+            "seed_eval_means": scores,
+            "iqm": bench.iqm(scores),
+            "iqm_ci95": list(bench.stratified_bootstrap_ci([scores])),
+            "normalised_scores": normalised,
+            "normalised_iqm": bench.iqm(normalised),
+            "wall_s": 61.0,
+            "env_steps_per_s": 123456.0,
+        }
+
+    entries = [
+        entry("ppo_jax_scan", "CartPole-v1", [500.0, 490.0, 480.0], 22.84, 475.0),
+        entry("ppo_jax_scan", "Pendulum-v1", [-150.0, -170.0, -160.0], -1193.0, -200.0),
+        entry("dqn_jax", "CartPole-v1", [500.0, 500.0, 500.0], 22.84, 475.0),
+    ]
+    report = {
+        "preset": "full",
+        "machine": machine,
+        "entries": entries,
+        "aggregates": bench.aggregates(entries),
+    }
+    plots = []
+    for name in ("curves_CartPole-v1.png", "curves_Pendulum-v1.png", "profile.png"):
+        plots.append(tmp_path / name)
+        plots[-1].write_bytes(b"png")
+    docs = tmp_path / "docs" / "results.md"
+    bench.write_results_doc(report, plots[:2], plots[2], docs)
+    text = docs.read_text()
+    assert "python -m benchmark --full --results-doc" in text and "2026-11-25" in text  # command, date
+    assert text.count("\n## ppo_jax_scan\n") == 1 and text.count("\n## dqn_jax\n") == 1
+    assert (
+        "| CartPole-v1 | 500,000 | 3 | 490.00 [480.00, 500.00] | 500.00, 490.00, 480.00 | 22.84 | 475 "
+        "| [gymnasium] solved at 475 |" in text
+    )
+    assert "| dqn_jax | 1 | 3 | 1.06 [1.06, 1.06] |" in text  # (500 - 22.84) / (475 - 22.84), every seed
+    assert "[CartPole-v1](img/results-curves_CartPole-v1.png)" in text
+    assert "![performance profiles](img/results-profile.png)" in text
+    for name in ("curves_CartPole-v1.png", "curves_Pendulum-v1.png", "profile.png"):
+        assert (tmp_path / "docs" / "img" / f"results-{name}").is_file()
+    assert "interquartile mean" in text and "stratified bootstrap" in text  # what the numbers are
+
+
 def test_harness_runs_as_python_dash_m(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "benchmark", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0 and "--quick" in result.stdout and "--peers" in result.stdout
+    assert "--results-doc" in result.stdout
 
 
 @pytest.mark.slow
