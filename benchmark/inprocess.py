@@ -3,6 +3,11 @@ theirs (PureJaxRL's `make_train`, rejax's `train`): compiled once, then called.
 
     python -m benchmark.inprocess ppo_jax_scan --repeats 3 --set num_envs=4 --set total_timesteps=500000
     python -m benchmark.inprocess dqn_jax --num-seeds 8 --set num_envs=10
+    python -m benchmark.inprocess ppo_rnn_jax --set total_timesteps=500000 --set hidden_size=128
+    python -m benchmark.inprocess td3_jax --set total_timesteps=10000 --set hidden_size=64 --set tau=0.05
+
+Any script with make_train(args), make_algorithm(args) and an episodic_return metric works;
+benchmark/speed.py times ppo_jax_scan, dqn_jax, ppo_rnn_jax and td3_jax so.
 
 Prints, like the peer runners:
     compiled vibe_rl ppo_jax_scan in 9.8s

@@ -1,7 +1,10 @@
 """vibe_rl against its peers, side by side in one run, on this machine.
 
-    python -m benchmark.speed                        # every comparison (about 25 minutes on 2 cores)
+    python -m benchmark.speed                        # every comparison (train, wall, seeds, dqn: about
+                                                     # 25 minutes on 2 cores; rnn and td3 add to it)
     python -m benchmark.speed --only train,dqn --rounds 2
+    python -m benchmark.speed --only rnn,td3
+    python -m benchmark.speed --only td3 --rounds 1 --budget-scale 0.2   # a check that it runs, not a figure
     python -m benchmark.speed --docs                 # + the table into README.md and docs/benchmarks.md
 
 The comparisons (each figure is the best of --rounds processes, the variants interleaved
@@ -21,6 +24,19 @@ round by round; time on an idle machine: another job on the cores shifts every f
   dqn    DQN with PureJaxRL dqn.py's CartPole config (10 envs, 500k steps; ours:
          `--num-envs 10`, its other defaults are dqn.py's): `make_train` as one jit, ours
          against dqn.py's.
+  rnn    PPO with a GRU core at PureJaxRL ppo_rnn.py's own CartPole config (4 envs x 128 steps,
+         4 epochs x 4 minibatches of whole sequences, lr 2.5e-4 annealed, GRU of 128, 500k
+         steps): ppo_rnn_jax's `make_train` (RNN, below) against ppo_rnn.py's, each one jit.
+         The code still differs in activations and the time-limit bootstrap:
+         benchmark/peers/purejaxrl_ppo_rnn.py's docstring lists it.
+  td3    TD3 at rejax's own Pendulum-v1 config (1 env, 10k steps, learning from 1000, batch
+         100, lr 1e-3, 64-64 networks, ...): td3_jax's `make_train` (TD3, below) against rejax's
+         `TD3.train`, each one jit; the runner gets the same td3_jax flags, which it maps onto
+         rejax's names and units. benchmark/peers/rejax_td3.py's docstring lists the mapping and
+         what still differs (rejax normalises observations, swish, clips gradients, ...).
+
+--budget-scale F multiplies the training budgets of rnn and td3 (the others ignore it), for a
+quick check that they run; the figures to report are taken at 1.
 
 The peers run in their own venv (gymnax < 1.0): set VIBE_RL_PEERS_PYTHON and
 VIBE_RL_PUREJAXRL_DIR as benchmark/peers/README.md says; a peer that is not set up is skipped.
@@ -48,6 +64,50 @@ COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.M)
 TRAINED = re.compile(r"^trained [0-9,]+ steps(?: x \d+ seed\(s\))? in ([0-9.]+)s", re.M)
 PPO = ["--num-envs", "4", "--num-steps", "128", "--total-timesteps", "500000"]  # CleanRL's CartPole config
 DOCS_BEGIN, DOCS_END = "<!-- speed:begin -->", "<!-- speed:end -->"
+
+# PureJaxRL ppo_rnn.py's own config (its __main__ block) as vibe_rl/ppo_rnn_jax.py's Args fields.
+RNN: dict[str, Any] = {
+    "total_timesteps": 500_000,
+    "num_envs": 4,
+    "num_steps": 128,
+    "update_epochs": 4,
+    "num_minibatches": 4,
+    "learning_rate": 2.5e-4,
+    "anneal_lr": True,
+    "clip_coef": 0.2,
+    "clip_vloss": True,  # ppo_rnn.py clips the value loss
+    "norm_adv": True,  # ppo_rnn.py normalises advantages per minibatch
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "hidden_size": 128,  # ppo_rnn.py's GRU, embedding and head widths (fixed in its file)
+}
+# rejax 0.1.3's Pendulum-v1 TD3 config (configs/gymnax/pendulum.yaml) as td3_jax's Args fields,
+# in td3_jax's units (noise in half the action range: Pendulum's is 2). benchmark/peers/rejax_td3.py.
+TD3: dict[str, Any] = {
+    "total_timesteps": 10_000,
+    "num_envs": 1,
+    "buffer_size": 10_000,
+    "learning_starts": 1_000,  # rejax: fill_buffer
+    "batch_size": 100,
+    "learning_rate": 1e-3,
+    "gamma": 0.99,
+    "tau": 0.05,  # rejax: polyak 0.95
+    "policy_frequency": 2,  # rejax: policy_delay
+    "exploration_noise": 0.15,  # rejax: 0.3 (action units)
+    "policy_noise": 0.1,  # rejax: target_noise 0.2
+    "noise_clip": 0.25,  # rejax: target_noise_clip 0.5
+    "hidden_size": 64,  # rejax: 64-64, fixed in its TD3.create_agent
+}
+# The fields each peer runner takes as flags (the rest it fixes: see its docstring).
+# (purejaxrl_ppo_rnn.py: ANNEAL_LR on, and the value clipping, advantage normalisation and GRU width
+# of ppo_rnn.py's code; rejax_td3.py: the 64-64 networks of rejax's TD3.create_agent.)
+RNN_PEER_FLAGS = tuple(
+    name for name in RNN if name not in ("anneal_lr", "clip_vloss", "norm_adv", "hidden_size")
+)
+TD3_PEER_FLAGS = tuple(name for name in TD3 if name != "hidden_size")
 
 
 def run(command: list[str], timeout: float = 1800) -> dict[str, Any]:
@@ -114,6 +174,21 @@ def inprocess(script: str, *settings: str, repeats: int = 2) -> list[str]:
     return command + [part for item in settings for part in ("--set", item)]
 
 
+def scaled(settings: dict[str, Any], scale: float) -> dict[str, Any]:
+    """settings with total_timesteps times scale (at least 1 step); 1: unchanged."""
+    return {**settings, "total_timesteps": max(1, round(settings["total_timesteps"] * scale))}
+
+
+def set_items(settings: dict[str, Any]) -> list[str]:
+    """Args fields -> benchmark.inprocess's FIELD=VALUE items."""
+    return [f"{name}={value}" for name, value in settings.items()]
+
+
+def flags(settings: dict[str, Any], names: tuple[str, ...]) -> list[str]:
+    """The named fields as a peer runner's flags, spelled as vibe_rl's: --num-envs 4 ..."""
+    return [part for name in names for part in (f"--{name.replace('_', '-')}", str(settings[name]))]
+
+
 def compare_train(rounds: int) -> dict[str, Any]:
     variants = {"vibe_rl": inprocess("ppo_jax_scan", "num_envs=4", "num_steps=128", "total_timesteps=500000")}
     if purejaxrl_ready():
@@ -174,6 +249,24 @@ def compare_dqn(rounds: int) -> dict[str, Any]:
     return interleave(variants, rounds, "dqn")
 
 
+def compare_rnn(rounds: int, scale: float) -> dict[str, Any]:
+    settings = scaled(RNN, scale)
+    variants = {"vibe_rl": inprocess("ppo_rnn_jax", *set_items(settings))}
+    if purejaxrl_ready():
+        variants["PureJaxRL"] = peer(
+            "purejaxrl_ppo_rnn.py", "--repeats", "2", *flags(settings, RNN_PEER_FLAGS)
+        )
+    return interleave(variants, rounds, "rnn")
+
+
+def compare_td3(rounds: int, scale: float) -> dict[str, Any]:
+    settings = scaled(TD3, scale)
+    variants = {"vibe_rl": inprocess("td3_jax", *set_items(settings))}
+    if peers_python():
+        variants["rejax"] = peer("rejax_td3.py", "--repeats", "2", *flags(settings, TD3_PEER_FLAGS))
+    return interleave(variants, rounds, "td3")
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "–"
 
@@ -220,6 +313,17 @@ def table(results: dict[str, Any]) -> str:
         ours, theirs = (results["dqn"][name]["train_s"] for name in ("vibe_rl", "PureJaxRL"))
         what = "DQN training, PureJaxRL dqn.py's CartPole config, one jit"
         rows.append(row(what, seconds(ours), f"PureJaxRL {seconds(theirs)}", ratio(ours, theirs), ""))
+    for name, peer, what in (
+        ("rnn", "PureJaxRL", "PPO-GRU training, PureJaxRL ppo_rnn.py's CartPole config, one jit"),
+        ("td3", "rejax", "TD3 training, rejax's Pendulum-v1 config, one jit"),
+    ):
+        if name in results and peer in results[name]:
+            ours, theirs = (results[name][variant]["train_s"] for variant in ("vibe_rl", peer))
+            rows.append(row(what, seconds(ours), f"{peer} {seconds(theirs)}", ratio(ours, theirs), ""))
+            compiles = ", ".join(
+                f"{variant} {seconds(v['compile_s'])}" for variant, v in results[name].items()
+            )
+            rows.append(row("its compile time", "", compiles, "", ""))
     return "\n".join(rows)
 
 
@@ -236,8 +340,14 @@ def write_docs(block: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="train,wall,seeds,dqn", help="comma-separated comparisons")
+    parser.add_argument("--only", default="train,wall,seeds,dqn,rnn,td3", help="comma-separated comparisons")
     parser.add_argument("--rounds", type=int, default=3, help="processes per variant, interleaved")
+    parser.add_argument(
+        "--budget-scale",
+        type=float,
+        default=1.0,
+        help="multiply the training budgets of rnn and td3 (a quick check that they run; report at 1)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default benchmark/out/speed-{time}")
     parser.add_argument(
         "--docs", action="store_true", help="write the table into README.md and docs/benchmarks.md"
@@ -255,6 +365,8 @@ def main() -> None:
             ("wall", lambda: compare_wall(cli.rounds, Path(scratch))),
             ("seeds", lambda: compare_seeds(cli.rounds, Path(scratch))),
             ("dqn", lambda: compare_dqn(cli.rounds)),
+            ("rnn", lambda: compare_rnn(cli.rounds, cli.budget_scale)),
+            ("td3", lambda: compare_td3(cli.rounds, cli.budget_scale)),
         ):
             if name in only:
                 print(f"{name}:")
@@ -269,6 +381,7 @@ def main() -> None:
         f"Measured {date} on {machine} with `{command}` (best of {cli.rounds}, interleaved):\n\n{markdown}"
     )
     meta = {"date": date, "machine": machine, "command": command, "rounds": cli.rounds}
+    meta["budget_scale"] = cli.budget_scale
     (out / "results.json").write_text(json.dumps({**meta, "results": results}, indent=2))
     (out / "results.md").write_text(block + "\n")
     print("\n" + block)

@@ -228,11 +228,15 @@ def time_train(compiled: Callable, keys: Any, repeats: int, steps: int) -> Any:
 
 
 def make_greedy_eval(
-    act: Callable[[Any, Any], Any], env: Any, env_params: Any, episodes: int
+    act: Callable[..., Any], env: Any, env_params: Any, episodes: int, initial_carry: Any = None
 ) -> Callable[[Any, Any], tuple[np.ndarray, np.ndarray]]:
     """evaluate(params, key) -> (returns, lengths) of `episodes` deterministic episodes of
     act(params, obs) -> action, run in parallel on a gymnax < 1.0 env (5-value step), each
-    stopped at its first done. Compiled once, reused for every seed's params."""
+    stopped at its first done. Compiled once, reused for every seed's params.
+
+    A recurrent policy passes `initial_carry`, its state at an episode's start for one episode
+    (e.g. a GRU's zero hidden state); `act` is then act(params, obs, carry) -> (action, carry),
+    the carry threaded through each episode's steps."""
     import jax
     import jax.numpy as jnp
 
@@ -243,16 +247,20 @@ def make_greedy_eval(
         obs, state = env.reset(reset_key, env_params)
 
         def step(carry: tuple) -> tuple:
-            key, obs, state, done, total, length = carry
+            key, obs, state, done, total, length, policy = carry
             key, step_key = jax.random.split(key)
-            obs, state, reward, done, _ = env.step(step_key, state, act(params, obs), env_params)
-            return key, obs, state, done, total + reward, length + 1
+            if initial_carry is None:
+                action = act(params, obs)
+            else:
+                action, policy = act(params, obs, policy)
+            obs, state, reward, done, _ = env.step(step_key, state, action, env_params)
+            return key, obs, state, done, total + reward, length + 1, policy
 
         def running(carry: tuple) -> Any:
             return jnp.logical_and(jnp.logical_not(carry[3]), carry[5] < max_steps)
 
-        init = (key, obs, state, jnp.bool_(False), jnp.float32(0.0), jnp.int32(0))
-        *_, total, length = jax.lax.while_loop(running, step, init)
+        init = (key, obs, state, jnp.bool_(False), jnp.float32(0.0), jnp.int32(0), initial_carry)
+        *_, total, length, _ = jax.lax.while_loop(running, step, init)
         return total, length
 
     episodes_fn = jax.jit(jax.vmap(episode, in_axes=(None, 0)))
