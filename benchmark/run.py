@@ -361,14 +361,19 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     return result
 
 
-def aggregates(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per script, over its entries (envs) that ran and have a random score: the IQM of the
-    normalised scores of all runs, every entry's seeds pooled, and its stratified bootstrap
-    95% CI (each entry's seeds resampled within it)."""
+def normalised_by_script(entries: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
+    """Per script, the normalised scores of each of its entries (envs) that ran and have a
+    random score: one list of per-seed scores per entry."""
     tasks: dict[str, list[list[float]]] = {}
     for r in entries:
         if r["status"] in ("pass", "fail") and r.get("normalised_scores"):
             tasks.setdefault(Path(r["script"]).stem, []).append(r["normalised_scores"])
+    return tasks
+
+
+def aggregates(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per script: the IQM of the normalised scores of all its runs, every entry's seeds
+    pooled, and its stratified bootstrap 95% CI (each entry's seeds resampled within it)."""
     return [
         {
             "script": script,
@@ -377,7 +382,7 @@ def aggregates(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "normalised_iqm": iqm(np.concatenate(scores)),
             "normalised_iqm_ci95": list(stratified_bootstrap_ci(scores)),
         }
-        for script, scores in tasks.items()
+        for script, scores in normalised_by_script(entries).items()
     ]
 
 
@@ -642,10 +647,7 @@ def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
 def plot_profile(entries: list[dict[str, Any]], out: Path) -> Path | None:
     """profile.png: per script, the fraction of its runs (every env's seeds) whose normalised
     score exceeds tau; None when no entry has normalised scores."""
-    runs: dict[str, list[float]] = {}
-    for r in entries:
-        if r["status"] in ("pass", "fail") and r.get("normalised_scores"):
-            runs.setdefault(Path(r["script"]).stem, []).extend(r["normalised_scores"])
+    runs = {script: np.concatenate(scores) for script, scores in normalised_by_script(entries).items()}
     if not runs:
         return None
     every = np.concatenate(list(runs.values()))
@@ -723,7 +725,8 @@ CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.
   the Statistical Precipice", recommend.
 - **Wall s**: the whole process (start-up, compilation, training, evaluations), all seeds.
 - **Env steps/s**: training throughput summed over the seeds: seeds x the median of the run's
-  logged `charts/SPS` (compilation and evaluations excluded).
+  logged `charts/SPS` (compilation and the final evaluation excluded; the evaluations during
+  training share the device with the chunk in flight and lower it).
 - **Curves**: per env, the mean over seeds and its 95% bootstrap band of the training return
   (`charts/episodic_return`, solid: the mean return of the episodes that ended in each logged
   iteration, exploration included) and of the deterministic evaluation every

@@ -284,6 +284,40 @@ def seed_slice(tree: Any, num_seeds: int, i: int) -> Any:
 # ----------------------------------------------------------------------------------------
 
 
+# wrappers.py imports brax and navix at the top, for its Brax/Navix wrapper classes that ppo.py
+# and ppo_rnn.py never build (the names are only looked up inside those classes' methods); the
+# peers venv has neither package. The runners drop the imports.
+WRAPPERS_SUBSTITUTIONS = [
+    ("from brax import envs\n", "", 1),
+    ("from brax.envs.wrappers.training import EpisodeWrapper, AutoResetWrapper\n", "", 1),
+    ("import navix as nx\n", "", 1),
+]
+
+
+def load_purejaxrl_wrappers() -> types.ModuleType:
+    """PureJaxRL's wrappers.py, patched, registered as `wrappers` (its scripts do `from wrappers import`)."""
+    path = purejaxrl_file("wrappers.py")
+    return load_module("wrappers", path, patched_source(path, WRAPPERS_SUBSTITUTIONS))
+
+
+def final_training_return(info: dict[str, Any]) -> float:
+    """The mean return of the episodes that ended in the last update, from PureJaxRL's LogWrapper
+    info of every update ([NUM_UPDATES, NUM_STEPS, NUM_ENVS]); NaN when none ended."""
+    ended = np.asarray(info["returned_episode"][-1])
+    last = np.asarray(info["returned_episode_returns"][-1])[ended]
+    return float(last.mean()) if last.size else float("nan")
+
+
+def write_evaluated_run(
+    args: argparse.Namespace, peer: str, evaluate: Callable, policy: Any, seed: int, extra: dict | None = None
+) -> Path:
+    """One seed's greedy evaluation (make_greedy_eval's; key PRNGKey(10_000 + seed)) into its run dir."""
+    import jax  # here: the SB3 runner's venv has no JAX
+
+    returns, lengths = evaluate(policy, jax.random.PRNGKey(10_000 + seed))
+    return write_run(args, args.exp_name or peer, returns.tolist(), lengths.tolist(), seed=seed, extra=extra)
+
+
 def write_run(
     args: argparse.Namespace,
     exp_name: str,

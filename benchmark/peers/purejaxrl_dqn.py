@@ -23,7 +23,6 @@ it is the peer's code, and it does not change what a training step costs.
 from __future__ import annotations
 
 import gymnax
-import jax
 import numpy as np
 from common import (
     compile_train,
@@ -37,7 +36,7 @@ from common import (
     seed_keys,
     seed_slice,
     time_train,
-    write_run,
+    write_evaluated_run,
 )
 from gymnax.wrappers.purerl import FlattenObservationWrapper
 
@@ -108,15 +107,8 @@ def main() -> None:
         # metrics["returns"][t]: the mean over envs of each env's last finished episode's return
         train_return = float(np.asarray(result["metrics"]["returns"][-1]))
         print(f"final training return {train_return:.1f} (seed {seed}, mean of each env's last episode)")
-        returns, lengths = evaluate(result["runner_state"][0].params, jax.random.PRNGKey(10_000 + seed))
-        write_run(
-            args,
-            args.exp_name or PEER,
-            returns.tolist(),
-            lengths.tolist(),
-            seed=seed,
-            extra={"final_training_return": train_return, "peer_config": config},
-        )
+        extra = {"final_training_return": train_return, "peer_config": config}
+        write_evaluated_run(args, PEER, evaluate, result["runner_state"][0].params, seed, extra)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ training return.
 from __future__ import annotations
 
 import gymnax
-import jax
-import numpy as np
 from common import (
     compile_train,
     default_config,
+    final_training_return,
     load_module,
+    load_purejaxrl_wrappers,
     make_greedy_eval,
     override_config,
     parse_ppo_args,
@@ -32,28 +32,18 @@ from common import (
     seed_keys,
     seed_slice,
     time_train,
-    write_run,
+    write_evaluated_run,
 )
 
 PEER = "purejaxrl_ppo"
 
-# wrappers.py imports brax and navix at the top, for its Brax/Navix wrapper classes that
-# ppo.py never uses (the names are only looked up inside those classes' methods); neither
-# package is needed for gymnax envs, so the peers venv has neither. Drop the imports.
-WRAPPERS_SUBSTITUTIONS = [
-    ("from brax import envs\n", "", 1),
-    ("from brax.envs.wrappers.training import EpisodeWrapper, AutoResetWrapper\n", "", 1),
-    ("import navix as nx\n", "", 1),
-]
 # ppo.py itself runs as it is on jax 0.10 with gymnax < 1.0.
 PPO_SUBSTITUTIONS: list[tuple[str, str, int]] = []
 
 
 def main() -> None:
     args = parse_ppo_args(__doc__.splitlines()[0], speed_flags=True)
-    wrappers_path, ppo_path = purejaxrl_file("wrappers.py"), purejaxrl_file("ppo.py")
-    # ppo.py does `from wrappers import ...`: register the patched module under that name.
-    wrappers = load_module("wrappers", wrappers_path, patched_source(wrappers_path, WRAPPERS_SUBSTITUTIONS))
+    wrappers, ppo_path = load_purejaxrl_wrappers(), purejaxrl_file("ppo.py")
     ppo = load_module("purejaxrl_ppo_module", ppo_path, patched_source(ppo_path, PPO_SUBSTITUTIONS))
 
     config = override_config(
@@ -98,20 +88,10 @@ def main() -> None:
     for i in range(args.num_seeds):
         seed = args.seed + i
         result = seed_slice(out, args.num_seeds, i)
-        info = result["metrics"]  # traj_batch.info of every update: [NUM_UPDATES, NUM_STEPS, NUM_ENVS]
-        ended = np.asarray(info["returned_episode"][-1])
-        last = np.asarray(info["returned_episode_returns"][-1])[ended]
-        train_return = float(last.mean()) if last.size else float("nan")
+        train_return = final_training_return(result["metrics"])
         print(f"final training return {train_return:.1f} (seed {seed}, episodes ended in the last update)")
-        returns, lengths = evaluate(result["runner_state"][0].params, jax.random.PRNGKey(10_000 + seed))
-        write_run(
-            args,
-            args.exp_name or PEER,
-            returns.tolist(),
-            lengths.tolist(),
-            seed=seed,
-            extra={"final_training_return": train_return, "peer_config": config},
-        )
+        extra = {"final_training_return": train_return, "peer_config": config}
+        write_evaluated_run(args, PEER, evaluate, result["runner_state"][0].params, seed, extra)
 
 
 if __name__ == "__main__":

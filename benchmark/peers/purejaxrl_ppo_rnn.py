@@ -30,13 +30,13 @@ training return.
 from __future__ import annotations
 
 import gymnax
-import jax
 import jax.numpy as jnp
-import numpy as np
 from common import (
     compile_train,
     default_config,
+    final_training_return,
     load_module,
+    load_purejaxrl_wrappers,
     make_greedy_eval,
     override_config,
     parse_ppo_args,
@@ -45,18 +45,11 @@ from common import (
     seed_keys,
     seed_slice,
     time_train,
-    write_run,
+    write_evaluated_run,
 )
 
 PEER = "purejaxrl_ppo_rnn"
 
-# wrappers.py: as for ppo.py (purejaxrl_ppo.py), drop the brax and navix imports, only used
-# inside the Brax and Navix wrapper classes that ppo_rnn.py never builds.
-WRAPPERS_SUBSTITUTIONS = [
-    ("from brax import envs\n", "", 1),
-    ("from brax.envs.wrappers.training import EpisodeWrapper, AutoResetWrapper\n", "", 1),
-    ("import navix as nx\n", "", 1),
-]
 # ppo_rnn.py was written for flax < 0.7.1, whose GRUCell took its size from the carry and had a
 # class-level initialize_carry(rng, batch_dims, size). flax 0.12 (the peers venv's) requires
 # `features` and has an instance method initialize_carry(rng, input_shape). Both calls are
@@ -80,9 +73,7 @@ PPO_RNN_SUBSTITUTIONS = [
 
 def main() -> None:
     args = parse_ppo_args(__doc__.splitlines()[0], speed_flags=True)
-    wrappers_path, ppo_rnn_path = purejaxrl_file("wrappers.py"), purejaxrl_file("ppo_rnn.py")
-    # ppo_rnn.py does `from wrappers import ...`: register the patched module under that name.
-    wrappers = load_module("wrappers", wrappers_path, patched_source(wrappers_path, WRAPPERS_SUBSTITUTIONS))
+    wrappers, ppo_rnn_path = load_purejaxrl_wrappers(), purejaxrl_file("ppo_rnn.py")
     ppo_rnn = load_module(
         "purejaxrl_ppo_rnn_module", ppo_rnn_path, patched_source(ppo_rnn_path, PPO_RNN_SUBSTITUTIONS)
     )
@@ -135,20 +126,10 @@ def main() -> None:
     for i in range(args.num_seeds):
         seed = args.seed + i
         result = seed_slice(out, args.num_seeds, i)
-        info = result["metric"]  # traj_batch.info of every update: [NUM_UPDATES, NUM_STEPS, NUM_ENVS]
-        ended = np.asarray(info["returned_episode"][-1])
-        last = np.asarray(info["returned_episode_returns"][-1])[ended]
-        train_return = float(last.mean()) if last.size else float("nan")
+        train_return = final_training_return(result["metric"])  # ppo_rnn.py names it "metric"
         print(f"final training return {train_return:.1f} (seed {seed}, episodes ended in the last update)")
-        returns, lengths = evaluate(result["runner_state"][0].params, jax.random.PRNGKey(10_000 + seed))
-        write_run(
-            args,
-            args.exp_name or PEER,
-            returns.tolist(),
-            lengths.tolist(),
-            seed=seed,
-            extra={"final_training_return": train_return, "peer_config": config},
-        )
+        extra = {"final_training_return": train_return, "peer_config": config}
+        write_evaluated_run(args, PEER, evaluate, result["runner_state"][0].params, seed, extra)
 
 
 if __name__ == "__main__":

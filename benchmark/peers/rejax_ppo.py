@@ -25,7 +25,7 @@ from common import (
     seed_keys,
     seed_slice,
     time_train,
-    write_run,
+    write_evaluated_run,
 )
 from rejax import PPO
 
@@ -73,8 +73,7 @@ def main() -> None:
     for i in range(args.num_seeds):
         seed = args.seed + i
         state = seed_slice(states, args.num_seeds, i)
-        returns, lengths = evaluate(state.actor_ts.params, jax.random.PRNGKey(10_000 + seed))
-        write_run(args, args.exp_name or PEER, returns.tolist(), lengths.tolist(), seed=seed)
+        write_evaluated_run(args, PEER, evaluate, state.actor_ts.params, seed)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ from common import (
     seed_keys,
     seed_slice,
     time_train,
-    write_run,
+    write_evaluated_run,
 )
 from rejax import TD3
 
@@ -178,15 +178,7 @@ def main() -> None:
     for i in range(args.num_seeds):
         seed = args.seed + i
         state = seed_slice(states, args.num_seeds, i)
-        returns, lengths = evaluate(state, jax.random.PRNGKey(10_000 + seed))
-        write_run(
-            args,
-            args.exp_name or PEER,
-            returns.tolist(),
-            lengths.tolist(),
-            seed=seed,
-            extra={"peer_config": config},
-        )
+        write_evaluated_run(args, PEER, evaluate, state, seed, {"peer_config": config})
 
 
 if __name__ == "__main__":
