@@ -551,16 +551,14 @@ def make_algorithm(args: Args) -> Algorithm:
 
 
 # ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
-# The loop's words, the same in every script: a step is one env step of every env; an iteration
-# is what runs between two logged points (PPO: a rollout and its update; DQN, SAC: a block of
-# steps with their gradient steps); a chunk is several iterations compiled as one program, after
-# which the driver logs, checkpoints and evaluates. Its speed tricks are measured in docs/benchmarks.md.
+# Its words: a step is one env step of every env; an iteration runs between two logged points; a
+# chunk is several iterations compiled as one program, after which the driver logs, checkpoints
+# and evaluates. Each of its speed tricks is measured in docs/benchmarks.md.
 
 import atexit
 import contextlib
 import gc
 import importlib
-import io
 import json
 import os
 import signal
@@ -568,7 +566,6 @@ import sys
 import time
 import types
 import warnings
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, fields
 
@@ -579,9 +576,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tensorboardX import SummaryWriter
 
-# --- Environments: gymnax's API for every env, Brax's included -------------------------
 
-
+# --- Environments: gymnax's API for every env, Brax's included ---------------------------------
 class EnvSpec(NamedTuple):
     """An environment, and what the networks need to know of it."""
 
@@ -618,17 +614,12 @@ def env_spec(env: Any, params: Any) -> EnvSpec:
 
 
 def brax_env(name: str) -> tuple[Any, Any]:
-    """Brax's task on its default (MuJoCo-faithful) backend behind gymnax's API: terminated is the
-    task's own end (a fallen hopper), truncated its 1000-step limit, the final observation kept, a
-    fresh start at every reset. Built on the raw env: brax.envs.create's wrappers fold the limit
-    into done and reset to a cached start, overwriting the final observation."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # mujoco says its optional warp backend is missing
-            from brax import envs
-    except ImportError:
-        raise ArgsError(
-            "--env-id brax/...: Brax is not installed: pip install 'brax>=0.14.2,<0.15'"
-        ) from None
+    """Brax's task (its MuJoCo-faithful backend) as a gymnax env, built on the raw env: create's wrappers
+    fold the time limit into done and restart from a cached state, overwriting the final observation."""
+    install = "pip install 'brax>=0.14.2,<0.15'"
+    require(importlib.util.find_spec("brax"), f"--env-id brax/...: Brax is not installed: {install}")
+    with contextlib.redirect_stdout(None):  # mujoco prints that its optional warp backend is missing
+        from brax import envs
     from flax import struct
     from gymnax.environments import environment, spaces
 
@@ -674,8 +665,7 @@ def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array,
 
 
 def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]): each steps, then starts a
-    fresh episode where its episode ended."""
+    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]), each reset where it ended."""
     out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
     return EnvStep(*out[:5], out[5]["final_observation"])
 
@@ -707,9 +697,7 @@ def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array]
     return init
 
 
-# --- The Algorithm, the flags, JAX's start ------------------------------------------------
-
-
+# --- The Algorithm, the flags, JAX's start ----------------------------------------------------
 class Algorithm(NamedTuple):
     """One script's algorithm, as its make_algorithm gives it to the harness."""
 
@@ -726,8 +714,7 @@ class Algorithm(NamedTuple):
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
     state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
     chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
-    # a recurrent policy: (model, E) -> its carry at the episodes' start; act is then
-    # (model, obs, carry) -> (greedy actions, carry)
+    # a recurrent policy: (model, E) -> its carry at the start; act is then (model, obs, carry) -> (a, carry)
     act_init: Callable[[Any, int], Any] | None = None
 
 
@@ -739,21 +726,22 @@ MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", 
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
     "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
 EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
 
 
 class ArgsError(ValueError):
     """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
 
 
-def require(condition: bool, message: str) -> None:  # every check of a flag raises ArgsError through it
+def require(condition: Any, message: str) -> None:  # every check of a flag raises ArgsError through it
     if not condition:
         raise ArgsError(message)
 
 
-def require_positive(args: Args, *names: str) -> None:
+def require_positive(args: Args, *names: str, at_least: int = 1) -> None:
     for name in names:
-        value = getattr(args, name)
-        require(value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        value, what = getattr(args, name), "a positive integer" if at_least else ">= 0"
+        require(value >= at_least, f"--{name.replace('_', '-')} must be {what}, got {value}")
 
 
 class Deferred(types.ModuleType):
@@ -779,23 +767,15 @@ def start_jax(args: Args) -> None:
             jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
 
 
-# --- Several processes (ppo_multigpu --distributed): with one process, these are trivial ----
+# Several processes (ppo_multigpu --distributed); with one, both are trivial. Process 0 alone writes
+# the run directories; to_host gathers every process's numpy arrays [n, ...] to [processes * n, ...].
+is_main_process = lambda: jax.process_index() == 0
+to_host = lambda tree: (
+    multihost_utils.process_allgather(tree, tiled=True) if jax.process_count() > 1 else jax.device_get(tree)
+)
 
 
-def is_main_process() -> bool:  # process 0 alone writes the run directories
-    return jax.process_index() == 0
-
-
-def to_host(tree: Any) -> Any:
-    """Numpy copies of (sharded) arrays. With several processes, of all processes: then a process's
-    own numpy arrays [n, ...] gather to [processes * n, ...], process 0's first."""
-    many = jax.process_count() > 1
-    return multihost_utils.process_allgather(tree, tiled=True) if many else jax.device_get(tree)
-
-
-# --- Run directories and checkpoints ---------------------------------------------------------
-
-
+# --- Run directories and checkpoints -------------------------------------------------------------
 class Run(NamedTuple):
     """One training of all seeds: what it writes where, and how its seeds lie on the devices."""
 
@@ -828,27 +808,22 @@ def resume_args(given: Args) -> Args:
     require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
     args, defaults = args_from_json(record), Args()
     for name in (f.name for f in fields(Args)):
-        value, before, may_change = getattr(given, name), getattr(args, name), name in RESUME_MAY_CHANGE
-        if may_change and value != getattr(defaults, name):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
             setattr(args, name, value)
         flag = f"--{name.replace('_', '-')} {value}"
-        ok = may_change or value in (getattr(defaults, name), before)
+        ok = name in RESUME_MAY_CHANGE or value in (default, before)
         require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
     return args
 
 
 def open_run(args: Args) -> Run:
-    """Check the flags, then make a new run's directories (one per seed; args.json holds the Args,
-    the derived sizes and the sibling seeds' directories) or find those of the --resume run."""
+    """Check the flags; make the run directories (one per seed, each with its args.json) or find them."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
-    for name in ("cpu_devices", "eval_frequency"):
-        value = getattr(args, name)
-        require(value >= 0, f"--{name.replace('_', '-')} must be >= 0, got {value}")
-    if args.capture_video:  # gymnasium draws classic control (with pygame); MinAtar and Brax, write_video
+    require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
+    if args.capture_video:  # what render_frames and write_video draw
         drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
         require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
-        needs_pygame = args.env_id in CLASSIC_CONTROL and importlib.util.find_spec("pygame") is None
-        require(not needs_pygame, "--capture-video needs pygame for classic-control envs: pip install pygame")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
         import wandb
 
@@ -857,8 +832,7 @@ def open_run(args: Args) -> Run:
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
     algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
-    mesh = algo.mesh
-    if mesh is None:  # the fewest devices that spread the seeds most evenly
+    if (mesh := algo.mesh) is None:  # the fewest devices that spread the seeds most evenly
         per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
         devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
         mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
@@ -876,17 +850,16 @@ def open_run(args: Args) -> Run:
     stamp = int(to_host(np.array([int(time.time())]))[0])  # process 0's
     names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     for seed, name in zip(seeds, names, strict=True):
+        record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
         if is_main_process():
             (Path(args.output_dir) / name).mkdir(parents=True)
-            record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
             record["sizes"] = algo.sizes._asdict()
             (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
     return run._replace(dirs=[Path(args.output_dir) / name for name in names])
 
 
 def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
-    """checkpoints/step_{global_step}.msgpack, written atomically (a file renamed into place); the
-    two newest are kept. A crash always leaves one that reads."""
+    """checkpoints/step_{global_step}.msgpack, written atomically (renamed into place); two are kept."""
     path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
     path.parent.mkdir(exist_ok=True)
     record = {"iterations": iterations_done, "state": state_of_seed}
@@ -920,13 +893,11 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
         except ValueError as error:
             errors.append(str(error))
     raise ArgsError(
-        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'there is none'}"
+        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors or ['there is none'])}"
     )
 
 
-# --- The compiled programs: init, one chunk, the evaluation --------------------------------
-
-RUNS_ONCE = 0  # init and the evaluation compile in about half the time at level 0, and run in ms
+# --- The compiled programs: init, one chunk, the evaluation ----------------------------------
 # [S, ...] -> [slots, ...], repeating the seeds; leaves [S, ...] -> seed i's
 pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
 seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
@@ -935,15 +906,13 @@ seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 def seeds_program(
     per_seed: Callable, inputs: tuple, in_axes: Any = 0, level: int | None = None, **jit: Any
 ) -> Any:
-    """jit(vmap(per_seed)) over the seeds, their axis along the mesh's "seeds" axis, compiled for
-    the inputs' shapes at XLA's backend optimisation level `level` (None: XLA's default)."""
+    """jit(vmap(per_seed)) over the mesh's "seeds" axis, compiled at XLA level `level` (None: default)."""
     lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
-    """Every seed's state on the devices, leaves [slots, ...]: new (init from PRNGKey(seed)) or
-    restored. The seed axis lies along the mesh's "seeds" axis; the state_specs lay out the rest."""
+    """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh."""
     template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
     specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
     seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
@@ -965,18 +934,17 @@ def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> 
 
 
 def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
-    """jit(vmap(run_chunk)) over the seeds, compiled once: every chunk has that one shape.
-    The state is not donated: on XLA CPU that made the chunks slower."""
+    """jit(vmap(run_chunk)), compiled once for every chunk (its state not donated: slower on XLA CPU)."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
     start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
     jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
-    steps, where = run.iterations_per_chunk * run.algo.env_steps_per_iteration, f"{len(run.seeds)} seed(s)"
+    steps, on = run.iterations_per_chunk * run.algo.env_steps_per_iteration, f"on {run.mesh.size} device(s)"
     if is_main_process():
-        on = f"{steps:,} env steps per seed, {where} on {run.mesh.size} device(s)"
-        print(f"compiled one chunk ({on}) in {time.perf_counter() - start:.1f}s", flush=True)
+        where = f"{steps:,} env steps per seed, {len(run.seeds)} seed(s) {on}"
+        print(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s", flush=True)
     return compiled
 
 
@@ -987,37 +955,21 @@ def compile_evaluate(run: Run, state: Any) -> Callable[[Any], EvalResult]:
     return seeds_program(evaluate, (state,), level=RUNS_ONCE)
 
 
-# --- The driver: chunks, and the outputs written between them ------------------------------
-
-
-@contextlib.contextmanager
-def stop_signals_caught() -> Iterator[list[int]]:
-    """Inside, Ctrl-C and SIGTERM are remembered (in the list it yields), not raised."""
-    received: list[int] = []
-
-    def remember(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
-
-    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
+# --- The driver: chunks, and the outputs written between them ----------------------------------
 def train_chunks(
     run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list[int]
 ) -> tuple:
-    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it and
-    returns), the driver writes out the one before: the non-finite check, the logs, the
-    checkpoints, an evaluation at each --eval-frequency, a progress line, and a clean exit if a
-    stop signal came (the chunk in flight is then dropped: a resume runs it again)."""
-    algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
-    per_iteration, num_seeds = algo.env_steps_per_iteration, len(run.seeds)
-    steps_at_start, total = done * per_iteration, algo.num_iterations * per_iteration
-    loggers = [RunLogger(d, run.args, steps_at_start) for d in run.dirs] if is_main_process() else []
+    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it), the driver
+    writes out the one before: non-finite check, logs, checkpoints, --eval-frequency, progress, and a
+    clean exit on a stop signal (the chunk in flight is then dropped: a resume runs it again)."""
+    algo, per_chunk, num_seeds = run.algo, run.iterations_per_chunk, len(run.seeds)
+    per_iteration, every, tags = (
+        algo.env_steps_per_iteration,
+        run.args.eval_frequency,
+        algo.metric_tags.items(),
+    )
+    total, at_start = algo.num_iterations * per_iteration, done * per_iteration
+    loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
     for index in range(done // per_chunk, run.num_chunks):
@@ -1028,18 +980,18 @@ def train_chunks(
         # [S, I]: the real seeds (not the padding), the iterations that ran
         metrics = jax.tree.map(lambda x: x[:num_seeds, :num_valid], to_host(metrics))  # noqa: B023
         sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
-        host_state, step = to_host(state), (first + num_valid) * per_iteration
+        host_state, began, step = to_host(state), first * per_iteration, (first + num_valid) * per_iteration
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
-            where = f"between steps {first * per_iteration:,} and {step:,}"
             kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
-            sys.exit(f"error: non-finite loss or parameters {where}; stopping. {kept}")
+            sys.exit(
+                f"error: non-finite loss or parameters between steps {began:,} and {step:,}; stopping. {kept}"
+            )
         evals = {}  # at each --eval-frequency (and not at the end: finish_run's), every seed's mean return
-        if every and step < total and step // every > first * per_iteration // every:
+        if every and step < total and step // every > began // every:
             evals["eval/episodic_return"] = to_host(evaluate.result()(state).returns).mean(-1)  # [slots]
         for i, logger in enumerate(loggers):
             rows = [
-                {tag: float(getattr(metrics, name)[i, j]) for name, tag in algo.metric_tags.items()}
-                for j in range(num_valid)
+                {tag: float(getattr(metrics, name)[i, j]) for name, tag in tags} for j in range(num_valid)
             ]
             rows[-1] |= {"charts/SPS": sps} | {tag: float(x[i]) for tag, x in evals.items()}  # once per chunk
             logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
@@ -1048,19 +1000,18 @@ def train_chunks(
         if is_main_process():
             latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
             bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
-            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - steps_at_start) / elapsed:,.0f} SPS"
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
             evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
             print(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s", flush=True)
-        stopping = to_host(np.array([len(stop)])).any()  # a signal to any process stops all
-        if stopping and index < run.num_chunks - 1:
+        if to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks:  # a signal to any process
             for logger in loggers:
                 logger.close()
             if is_main_process():
                 command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
                 print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    steps, seconds = total - at_start, time.perf_counter() - start
     if is_main_process():
-        steps, seconds = total - steps_at_start, time.perf_counter() - start
         rate = f"{steps / seconds:,.0f} SPS per seed"
         print(f"trained {steps:,} steps x {num_seeds} seed(s) in {seconds:.2f}s ({rate})")
     return state, loggers
@@ -1078,20 +1029,13 @@ class RunLogger:
             )
         # purge_step: TensorBoard hides the events written after the checkpoint, as above
         self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
-        if args.track:
+        if args.track:  # the same wandb run after a resume, whatever the directory is called now
             import wandb
 
             record = json.loads((run_dir / "args.json").read_text())
-            name = record["run_name"]  # the same wandb run after a resume, whatever the directory is called
-            names = {
-                "project": args.wandb_project_name,
-                "entity": args.wandb_entity,
-                "name": name,
-                "id": name,
-            }
-            self.wandb_run = wandb.init(
-                **names, resume="allow", reinit="create_new", dir=str(run_dir), config=record
-            )
+            name, project, entity = record["run_name"], args.wandb_project_name, args.wandb_entity
+            self.wandb_run = wandb.init(project=project, entity=entity, name=name, id=name, resume="allow",
+                                        reinit="create_new", dir=str(run_dir), config=record)  # fmt: skip
 
     def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
         """Log rows of (global_step, {tag: value}), leaving NaNs out, and flush them to disk."""
@@ -1112,9 +1056,7 @@ class RunLogger:
             self.wandb_run.finish()
 
 
-# --- Evaluation and the outputs of a finished run ------------------------------------------
-
-
+# --- Evaluation and the outputs of a finished run ----------------------------------------------
 class EvalResult(NamedTuple):
     returns: jax.Array  # [E] the return of each evaluation episode
     lengths: jax.Array  # [E]
@@ -1145,9 +1087,13 @@ def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.A
         action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
         out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
         running = c.running & ~(out.terminated | out.truncated)
-        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        returns, lengths, first_episode = (
+            c.returns + out.reward * c.running,
+            c.lengths + c.running,
+            c.env_state,
+        )
         return EvalCarry(out.state, out.obs, returns, lengths, running, key, policy), seed_slice(
-            c.env_state, 0
+            first_episode, 0
         )
 
     carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
@@ -1161,8 +1107,7 @@ def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
 
 
 def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
-    """The final deterministic evaluation of every seed in one program (compile_evaluate's); then
-    each seed's eval.json (with the evaluation curve), its plot and, on request, model and video."""
+    """Evaluate every seed in one program, then write each one's eval.json, plot, model and video."""
     algo, args, step = run.algo, run.args, run.algo.num_iterations * run.algo.env_steps_per_iteration
     result = to_host(evaluate(state))
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
@@ -1171,26 +1116,22 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
         logger.write([(step, {"eval/episodic_return": summary["mean"]})])
         logger.close()
         points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
-        curve = [p for p in points if "eval/episodic_return" in p]
-        summary["eval_curve"] = [
-            {"global_step": p["global_step"], "mean": p["eval/episodic_return"]} for p in curve
-        ]
+        curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
+        summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
         plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
         if models is not None:  # --save-model
-            model = flax.serialization.to_bytes(seed_slice(models, i))
-            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
+            (run_dir / f"{args.exp_name}.flax").write_bytes(
+                flax.serialization.to_bytes(seed_slice(models, i))
+            )
         if args.capture_video:
             write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
-        mean, std = summary["mean"], summary["std"]
-        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+        mean, std, episodes = summary["mean"], summary["std"], args.eval_episodes
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {episodes} episodes")
 
 
 def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
-    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically.
-
-    >>> evaluate_saved_model("runs/CartPole-v1__my_experiment__1__1700000000")["mean"]
-    """
+    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically."""
     args = args_from_json(Path(run_dir) / "args.json")
     algo = make_algorithm(args)
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
@@ -1199,19 +1140,11 @@ def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0)
     return eval_summary(result.returns, result.lengths)
 
 
-def import_pyplot() -> types.ModuleType:  # drawing to files (Agg)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
     """episodic_return.png: the training return (and any evaluation return) against env steps."""
-    plt = import_pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    from matplotlib.figure import Figure  # drawn straight to a file: no pyplot, no backend to choose
+
+    ax = (fig := Figure(figsize=(6, 4), layout="tight")).subplots()
     for tag in ("charts/episodic_return", "eval/episodic_return"):
         curve = [(p["global_step"], p[tag]) for p in points if tag in p]
         marker = "o" if tag.startswith("eval") else None  # evaluations are few: each one shows
@@ -1219,14 +1152,11 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
     ax.set(xlabel="environment steps", ylabel="episodic return", title=title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
-    plt.close(fig)
 
 
 def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
-    """RGB frames [H, W, 3] of one episode from its gymnax states (leading axis: time). MinAtar's
-    grid is coloured here (a colour per channel); gymnasium draws classic control, with pygame."""
+    """RGB frames [H, W, 3] of states [T, ...]: MinAtar's grid coloured here, classic control by gymnasium."""
     states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), env_states) for t in range(length)]
     if env_id.endswith("MinAtar"):
         import matplotlib
@@ -1235,8 +1165,7 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
         grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen
     import gymnasium
     from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
 
@@ -1254,9 +1183,8 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
 
 
 def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
-    """videos/eval.gif of the first evaluation episode, with one palette for all its frames, from a
-    sample of them (PIL's default searches one per frame: seconds per video); for a Brax env, its
-    viewer's videos/eval.html."""
+    """videos/eval.gif of evaluation episode 0 (one palette for every frame: PIL would search one per
+    frame, seconds per video); videos/eval.html, Brax's viewer, for a Brax env."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -1285,14 +1213,23 @@ def main() -> None:
     except ArgsError as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    # Ctrl-C / SIGTERM: finish the chunk, checkpoint, exit. The evaluation compiles, and pyplot
-    # imports, in a thread while the chunks run (XLA works outside Python's lock).
-    with ThreadPoolExecutor(max_workers=1) as pool, stop_signals_caught() as stop:
-        state = initial_state(run, restored)
-        chunk = compile_chunk(run, state)
-        evaluate = pool.submit(compile_evaluate, run, state)
-        pool.submit(import_pyplot)
-        state, loggers = train_chunks(run, chunk, evaluate, state, done, stop)
+    stop: list[int] = []  # Ctrl-C / SIGTERM while training: finish the chunk, checkpoint, exit
+
+    def remember(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:  # the evaluation compiles, and the plot's matplotlib imports, in a thread while the chunks run
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            state = initial_state(run, restored)
+            chunk = compile_chunk(run, state)
+            evaluate = pool.submit(compile_evaluate, run, state)
+            pool.submit(importlib.import_module, "matplotlib.figure")
+            state, loggers = train_chunks(run, chunk, evaluate, state, done, stop)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     finish_run(run, state, loggers, evaluate.result())
 
 
