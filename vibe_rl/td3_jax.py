@@ -1153,7 +1153,8 @@ def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) ->
         grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen, and plays no sound
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     import gymnasium
     from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
 
