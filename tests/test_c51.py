@@ -1,5 +1,6 @@
-"""Tests of vibe_rl/c51_jax.py: the categorical projection and the loss on hand-computed examples,
-time limits on a probe env, shapes under jit and vmap, chunks, learning. The buffer, the schedule
+"""Tests of vibe_rl/c51_jax.py: the categorical projection and the loss on hand-computed examples (a
+truncation and a termination also through `step` and `gradient_step`), time limits on a probe env,
+shapes under jit and vmap, chunks, learning. The buffer, the schedule
 and the iteration plan are DQN's, tested in test_dqn.py; the command-line contract (bad input,
 resume, run directory) is tested for every script in test_contract.py."""
 
@@ -11,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, run_in_chunks, tree_equal
+from _helpers import ConstantRewardProbe, CountingProbe, probe_spec, run_in_chunks, tree_equal
 
 from vibe_rl import c51_jax as c51
 
@@ -60,7 +61,7 @@ def reference_projection(next_probs, rewards, terminated, gamma, atoms):
 def test_categorical_projection_hand_computed():
     next_probs = jnp.array(
         [
-            [0.2, 0.0, 0.3, 0.0, 0.5],  # truncation: bootstraps from the next distribution
+            [0.2, 0.0, 0.3, 0.0, 0.5],  # not terminated (a truncation too): bootstraps from Z(s')
             [0.4, 0.0, 0.0, 0.0, 0.6],  # atoms fall below v_min and onto v_max
             [0.4, 0.0, 0.0, 0.0, 0.6],  # atoms fall above v_max
             [0.2, 0.2, 0.2, 0.2, 0.2],  # termination: the reward alone
@@ -86,9 +87,58 @@ def test_categorical_projection_hand_computed():
     np.testing.assert_allclose(
         projected, reference_projection(next_probs, rewards, terminated, 0.5, ATOMS), atol=1e-6
     )
-    # the same reward without the termination bootstraps: the truncated row 0 is not the reward alone
-    truncated = c51.categorical_projection(next_probs[3:4], rewards[3:4], jnp.array([False]), 0.5, ATOMS)
-    assert not np.allclose(truncated, [expected[3]], atol=1e-3)
+    # the same reward without the termination bootstraps: not the reward alone
+    not_terminated = c51.categorical_projection(next_probs[3:4], rewards[3:4], jnp.array([False]), 0.5, ATOMS)
+    assert not np.allclose(not_terminated, [expected[3]], atol=1e-3)
+
+
+class TableNetwork:
+    """A fixed 'network' for CountingProbe (obs [t]): both actions' distribution on ATOMS is row t of
+    PROBS; its parameters are a placeholder the gradient step cannot change the output through."""
+
+    PROBS = jnp.array(
+        [
+            [1.0, 0.0, 0.0, 0.0, 0.0],  # t = 0, the reset observation: all mass on -2
+            *[[0.2, 0.2, 0.2, 0.2, 0.2]] * 3,  # t = 1, 2, 3
+            [0.1, 0.1, 0.2, 0.3, 0.3],  # t = 4: the online distribution of the last transition's s
+            [0.2, 0.0, 0.3, 0.0, 0.5],  # t = 5, the real final observation
+        ]
+    )
+
+    def init(self, key, obs):
+        return {"unused": jnp.zeros(1)}
+
+    def apply(self, params, obs):  # obs [X, 1] -> logits [X, A = 2, K = 5]
+        logits = jnp.log(self.PROBS[obs[:, 0].astype(jnp.int32)] + 1e-30) + 0.0 * params["unused"]
+        return jnp.broadcast_to(logits[:, None, :], (obs.shape[0], 2, 5))
+
+
+@pytest.mark.parametrize(
+    ("terminate_at", "target"),
+    [
+        # truncated by the time limit 5: Tz = 1 + 0.5 z of Z(obs [5]) = [0.2, 0, 0.3, 0, 0.5] at z =
+        # -2, 0, 2 lands on 0, 1, 2 exactly (from Z(reset obs [0]) it would be all on 0)
+        (None, [0.0, 0.0, 0.2, 0.3, 0.5]),
+        (5, [0.0, 0.0, 0.0, 1.0, 0.0]),  # terminated at step 5: the reward 1 alone
+    ],
+)
+def test_the_target_of_an_episode_end_through_step_and_gradient_step(terminate_at, target):
+    """CountingProbe's 5th step ends the episode; a buffer of one slot then holds only that
+    transition (s = [4], r = 1, s' = the real final obs [5], not the reset [0]). The gradient step's
+    cross-entropy is -sum_i m_i log p_i(s = [4]) for the hand-computed projected target m."""
+    atoms = dict(n_atoms=5, v_min=-2.0, v_max=2.0)  # ATOMS
+    setup = c51.build_setup(tiny_args(num_envs=1, buffer_size=1, learning_starts=10**6, gamma=0.5, **atoms))
+    spec = probe_spec(c51, CountingProbe(terminate_at))
+    setup = setup._replace(spec=spec, obs_dtype=jnp.float32, network=TableNetwork())
+    state = c51.init_state(setup, jax.random.PRNGKey(0))
+    state, _ = jax.lax.scan(functools.partial(c51.step, setup), state, jnp.arange(5))
+    stored = state.buffer.data
+    assert (stored.obs[0, 0], stored.reward[0], stored.next_obs[0, 0]) == (4.0, 1.0, 5.0)
+    assert bool(stored.terminated[0]) == (terminate_at is not None)
+    assert float(state.obs[0, 0]) == 0.0  # the env itself was reset
+    _, loss, _ = jax.jit(functools.partial(c51.gradient_step, setup))(state, jax.random.PRNGKey(1))
+    expected = -(np.asarray(target) * np.log(TableNetwork.PROBS[4])).sum()
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
 def test_categorical_projection_conserves_mass_and_matches_algorithm_1():

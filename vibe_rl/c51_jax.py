@@ -50,7 +50,7 @@ class Args:
     n_atoms: int = 101
     """the number of atoms of the return distribution's support"""
     v_min: float = -100.0
-    """the return of the lowest atom"""
+    """the return of the lowest atom (the support should cover the discounted returns: targets are clipped)"""
     v_max: float = 100.0
     """the return of the highest atom"""
     learning_rate: float = 2.5e-4
@@ -269,7 +269,7 @@ def categorical_projection(
 def c51_loss(logits: jax.Array, target_probs: jax.Array) -> jax.Array:
     """[C51-11] The cross-entropy -sum_i m_i log p_i(s, a), averaged over the batch. logits: [B, K],
     the online network's of the taken action; target_probs: [B, K], the projected target m -> []."""
-    return -(target_probs * jax.nn.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
+    return -(target_probs * jax.nn.log_softmax(logits)).sum(axis=-1).mean()  # log_softmax: never log(0)
 
 
 # ===== 5. Training: step, gradient step, iteration, make_train =======================
@@ -475,7 +475,7 @@ def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]
 
 
 def greedy_action(setup: Setup, params: Params, obs: jax.Array) -> jax.Array:
-    """The evaluation policy: argmax_a of the expected Q, epsilon 0. obs [E, *obs_shape] -> actions [E]."""
+    """[C51-4] The evaluation policy: argmax_a of the expected Q, epsilon 0. obs [E, *obs_shape] -> [E]."""
     return jnp.argmax(q_values(setup, params, obs), axis=-1)
 
 
