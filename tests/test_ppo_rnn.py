@@ -163,6 +163,33 @@ def test_final_obs_value_continues_the_episodes_hidden_state():
     np.testing.assert_allclose(final_values[t, env], expected[0], atol=1e-5)
 
 
+# --- reward scaling --------------------------------------------------------------------------
+
+
+def test_rms_update_gives_the_statistics_of_all_batches_seen():
+    rms = rnn.RunningMeanStd(jnp.zeros(()), jnp.ones(()), jnp.asarray(1e-4))
+    batches = [jax.random.normal(jax.random.PRNGKey(i), (50,)) * 3.0 + i for i in range(3)]
+    for batch in batches:
+        rms = rnn.rms_update(rms, batch)
+    everything = np.concatenate(batches)
+    np.testing.assert_allclose(rms.mean, everything.mean(), rtol=1e-4)
+    np.testing.assert_allclose(rms.var, everything.var(), rtol=1e-4)
+    assert float(rms.count) == pytest.approx(150.0, abs=1e-3)
+
+
+def test_normalize_reward_scales_the_learning_signal_not_the_reported_return():
+    """CartPole pays 1 a step: scaled, the rollout's rewards are 1 / std of the discounted return
+    (below 1 once that std passes 1); the episode returns it reports stay the env's own (= the lengths)."""
+    setup = tiny(num_steps=64, num_envs=2, normalize_reward=True)
+    state, traj = transitions(setup, rnn.init_state(setup, jax.random.PRNGKey(0)))
+    assert float(state.return_rms.count) == pytest.approx(64 * 2, abs=1e-3)
+    np.testing.assert_allclose(traj.reward[-1], 1.0 / np.sqrt(float(state.return_rms.var) + 1e-8), rtol=1e-5)
+    assert (np.asarray(traj.reward[-8:]) < 1.0).all()
+    np.testing.assert_array_equal(traj.episode_return, traj.episode_length)
+    _, plain = transitions(tiny(num_steps=64, num_envs=2), rnn.init_state(setup, jax.random.PRNGKey(0)))
+    np.testing.assert_array_equal(plain.reward, 1.0)
+
+
 # --- the memory environments ------------------------------------------------------------------
 
 
