@@ -16,10 +16,12 @@ events, metrics.jsonl, checkpoints/, eval.json, episodic_return.png; {exp_name}.
 --save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
 
 How to read this file:
-    1-3  Args, the network (one step of the recurrent agent), the state (NamedTuples, a shape
-         on every field).
-    4    the math as small pure functions: observe, compute_gae, policy_loss_fn, value_loss_fn.
-    5    training. `unroll` runs the core over a sequence. `iteration` is one PPO iteration:
+    1-3  Args, the network (the recurrent agent over a sequence: only its GRU step is scanned),
+         the state (NamedTuples, a shape on every field).
+    4    the math as small pure functions: observe, rms_update, compute_gae, policy_loss_fn,
+         value_loss_fn.
+    5    training. `unroll` runs the agent over a sequence, `agent_step` over one step.
+         `iteration` is one PPO iteration:
          `rollout` (num_steps steps of num_envs envs, carrying the hidden state), GAE, then
          update_epochs of `sgd_epoch` over minibatches of whole env sequences. `make_train(args)`
          returns the whole training as one pure function train(key).
