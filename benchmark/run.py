@@ -35,7 +35,10 @@ Definitions:
   --eval-episodes episodes). eval return: the mean over seeds of the scores, +- their std.
 - IQM [95% CI]: the interquartile mean of the seeds' scores (trim_mean(x, 0.25): with 3 seeds
   or fewer, the mean) and its 95% percentile bootstrap interval over the seeds (2000
-  resamples, benchmark/stats.py). An entry passes when its IQM reaches its threshold.
+  resamples, benchmark/stats.py). An entry passes when its IQM reaches its threshold; an entry
+  with `below = true` (a contrast: a script that must fail where another succeeds, e.g. a
+  feed-forward policy on a task that needs memory) passes when its IQM stays below it, and has
+  no normalised score (it is left out of the per-script aggregates and profiles).
 - normalised: (score - random) / (threshold - random): the random policy's return (suite.toml's
   [random]) is 0 and the entry's threshold, the reference, is 1 (the quick preset's own
   threshold in --quick). Per script: the IQM of the normalised scores of all its runs, every
@@ -106,6 +109,7 @@ class Entry:
     timeout: float
     flags: dict[str, Any] = field(default_factory=dict)
     variant: str = ""  # tells apart two entries of one script and env (e.g. "masked")
+    below: bool = False  # a contrast: the IQM must stay below the threshold
     eval_points: int = 20  # evaluations per run: --eval-frequency total_timesteps // eval_points (0: off)
     random_score: float | None = None  # the random policy's return on env (suite.toml's [random])
     threshold_source: str = ""  # where the threshold comes from: the comment on its line in suite.toml
@@ -173,6 +177,7 @@ def select_entries(
                 or over.get("timeout", raw.get("timeout", defaults.get(prefix + "timeout", 3600))),
                 flags={**raw.get("flags", {}), **over.get("flags", {})},
                 variant=raw.get("variant", ""),
+                below=raw.get("below", False),
                 eval_points=points if eval_points is None else eval_points,
                 random_score=suite.get("random", {}).get(raw["env"]),
                 threshold_source=source or raw.get("threshold_source", ""),
@@ -325,9 +330,9 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     if status == "ok" and len(seed_means) != entry.seeds:
         status, note = "crash", f"{len(seed_means)} run directories for {entry.seeds} seeds"
     if status == "ok":
-        status = "pass" if score >= entry.threshold else "fail"
+        status = "pass" if (score < entry.threshold if entry.below else score >= entry.threshold) else "fail"
     normalised = None
-    if seed_means and entry.random_score is not None:  # the random policy at 0, the threshold at 1
+    if seed_means and entry.random_score is not None and not entry.below:  # random at 0, threshold at 1
         normalised = [normalise(x, entry.random_score, entry.threshold) for x in seed_means]
     sps_logged = [s for s in map(median_sps, outcome.run_dirs) if s is not None]
     if status in ("pass", "fail") and sps_logged:
@@ -357,7 +362,7 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         "run_dirs": [str(d) for d in outcome.run_dirs],
     }
     iqm_ci = ci_text(score, result["iqm_ci95"])
-    print(f"  {entry.name} {entry.env}: {status} IQM {iqm_ci} (threshold {entry.threshold}) {note}")
+    print(f"  {entry.name} {entry.env}: {status} IQM {iqm_ci} (threshold {threshold_text(result)}) {note}")
     return result
 
 
@@ -518,6 +523,11 @@ def peer_row(system: str, outcome: RunOutcome, log: Path, steps: int) -> dict[st
 # =====================================================================================
 
 
+def threshold_text(r: dict[str, Any]) -> str:
+    """An entry's threshold as the tables show it: "475", or "< 200" for an entry that must stay below."""
+    return ("< " if r.get("below") else "") + f"{r['threshold']:g}"
+
+
 def fmt(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
@@ -562,7 +572,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {r['name']} | {r['env']} | {r['seeds']} | {r['total_timesteps']:,} | {ret} "
             f"| {ci_text(r.get('iqm'), r.get('iqm_ci95'))} | {fmt(r.get('normalised_iqm'), 2)} "
-            f"| {r['threshold']:g} "
+            f"| {threshold_text(r)} "
             f"| {result} | {fmt(r['wall_s'])} | {fmt(r['compile_s'])} | {fmt(r['env_steps_per_s'], 0)} "
             f"| {fmt(ceil, 0)} | {frac} |"
         )
@@ -714,7 +724,9 @@ CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.
   seeds 1, 2, 3, ....
 - **Threshold**: the entry's pass mark in benchmark/suite.toml, with its source (a published
   reference, or a stated margin below one); the entry passes when its IQM reaches it. It is
-  also the **reference** of the normalised score.
+  also the **reference** of the normalised score. A threshold written "< x" belongs to a
+  contrast (`below = true`): a script that must fail where another succeeds; it passes when
+  its IQM stays below x, and has no normalised score.
 - **Random**: the return of uniform random actions, suite.toml's `[random]` table (256
   episodes, `python -m benchmark.random_policy`; the command and date are above the table).
 - **Normalised score**: (score - random) / (threshold - random): a random policy scores 0 and
@@ -768,7 +780,7 @@ def write_results_doc(
                 ci_text(r.get("iqm"), r.get("iqm_ci95")),
                 ", ".join(f"{x:.2f}" for x in r.get("seed_eval_means") or []) or "–",
                 fmt(r.get("random_score"), 2),
-                f"{r['threshold']:g}",
+                threshold_text(r),
                 r.get("threshold_source") or "–",
                 fmt(r.get("normalised_iqm"), 2),
                 r["status"] + (f": {r['note'][:80]}" if r.get("note") else ""),

@@ -105,8 +105,9 @@ def test_every_env_has_a_random_score_and_every_threshold_a_source():
         assert entry.random_score is not None, entry.env  # suite.toml's [random] covers the suite
         assert entry.threshold_source, (entry.name, entry.env)  # the comment on its threshold line
         assert entry.eval_frequency == entry.total_timesteps // 20  # [defaults] eval_points = 20
-    (ppo,) = bench.select_entries(suite, quick=False, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
-    assert ppo.threshold_source.startswith("[gymnasium] solved at 475")
+    ppo, masked = bench.select_entries(suite, quick=False, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
+    assert ppo.threshold_source.startswith("[gymnasium] solved at 475") and not ppo.below
+    assert masked.variant == "masked" and masked.below  # the feed-forward contrast to ppo_rnn_jax
     (quick,) = bench.select_entries(suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
     assert quick.threshold_source.startswith("quick smoke threshold")
 
@@ -114,7 +115,13 @@ def test_every_env_has_a_random_score_and_every_threshold_a_source():
 def test_select_entries_filters_and_overrides():
     suite = bench.load_suite()
     ppo = bench.select_entries(suite, quick=False, algos=["ppo"], envs=["CartPole-v1"], seeds=5, timeout=7)
-    assert {e.name for e in ppo} == {"ppo_jax_scan", "ppo_multigpu", "ppo_rnn_jax", "ppo_rnn_jax (masked)"}
+    assert {e.name for e in ppo} == {
+        "ppo_jax_scan",
+        "ppo_jax_scan (masked)",
+        "ppo_multigpu",
+        "ppo_rnn_jax",
+        "ppo_rnn_jax (masked)",
+    }
     assert all(e.seeds == 5 and e.timeout == 7 and e.env == "CartPole-v1" for e in ppo)
     (ppo,) = bench.select_entries(
         suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"], eval_points=0
@@ -225,6 +232,29 @@ def test_all_passing_exits_zero_and_quick_uses_the_quick_table(tmp_path):
         "pass",
     )
     assert entry["curves"][0][0] == [100, 200, 300, 400]
+
+
+def test_a_contrast_entry_passes_when_it_stays_below_its_threshold(tmp_path):
+    """`below = true`: the entry must fail to reach its threshold (a feed-forward policy on a task
+    that needs memory); it has no normalised score, so the script's aggregate leaves it out."""
+
+    def below(entry: str) -> str:
+        return entry.replace("threshold", "below = true\nthreshold")
+
+    contrast = below(fake_entry("Stays-v0", 200.0, fake_return=100.0))
+    learns = below(fake_entry("Learns-v0", 200.0, fake_return=300.0))
+    solved = fake_entry("Solved-v0", 50.0, fake_return=100.0)
+    random = '[random]\n"Stays-v0" = 0.0\n"Learns-v0" = 0.0\n"Solved-v0" = 0.0\n'
+    code, report = run_harness(tmp_path, write_suite(tmp_path, contrast + learns + solved + random))
+    assert code == 1  # Learns-v0 reached the threshold it must stay below
+    stays, learned, good = report["entries"]
+    assert (stays["status"], learned["status"], good["status"]) == ("pass", "fail", "pass")
+    assert stays["below"] and stays["seed_eval_means"] == [101.0, 102.0]
+    assert stays["normalised_scores"] is None and learned["normalised_scores"] is None
+    (aggregate,) = report["aggregates"]
+    assert (aggregate["envs"], aggregate["runs"]) == (1, 2)  # Solved-v0 alone
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| < 200 | pass |" in table and "| < 200 | FAIL |" in table and "| 50 | pass |" in table
 
 
 def test_docs_block_is_replaced_not_duplicated(tmp_path):

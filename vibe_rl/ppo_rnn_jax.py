@@ -16,10 +16,12 @@ events, metrics.jsonl, checkpoints/, eval.json, episodic_return.png; {exp_name}.
 --save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
 
 How to read this file:
-    1-3  Args, the network (one step of the recurrent agent), the state (NamedTuples, a shape
-         on every field).
-    4    the math as small pure functions: observe, compute_gae, policy_loss_fn, value_loss_fn.
-    5    training. `unroll` runs the core over a sequence. `iteration` is one PPO iteration:
+    1-3  Args, the network (the recurrent agent over a sequence: only its GRU step is scanned),
+         the state (NamedTuples, a shape on every field).
+    4    the math as small pure functions: observe, rms_update, compute_gae, policy_loss_fn,
+         value_loss_fn.
+    5    training. `unroll` runs the agent over a sequence, `agent_step` over one step.
+         `iteration` is one PPO iteration:
          `rollout` (num_steps steps of num_envs envs, carrying the hidden state), GAE, then
          update_epochs of `sgd_epoch` over minibatches of whole env sequences. `make_train(args)`
          returns the whole training as one pure function train(key).
@@ -88,6 +90,8 @@ class Args:
     """the maximum global norm of the gradient"""
     target_kl: float | None = None
     """skip the remaining epochs of an iteration once approx_kl exceeds this"""
+    normalize_reward: bool = False
+    """scale rewards by the running std of the discounted return (clipped to +-10)"""
     hidden_size: int = 128
     """width of the embedding, of the GRU's hidden state and of the heads' hidden layers"""
     mask_velocity: bool = False
@@ -136,11 +140,25 @@ def dense(width: int, gain: float) -> nn.Dense:
     return nn.Dense(width, kernel_init=orthogonal(gain), bias_init=constant(0.0))
 
 
-class RecurrentAgent(nn.Module):
-    """One step of the agent: (hidden [..., H], obs [..., obs_dim], episode_start [...]) ->
-    (hidden [..., H], policy head out [..., K or A], value [...]).
+class GRUStep(nn.Module):
+    """One step of the core: (hidden [..., H], (x [..., H], episode_start [...])) -> (hidden, hidden)."""
 
-    Actor and critic share the embedding and the GRU (as PureJaxRL's ppo_rnn.py and CleanRL's
+    hidden_size: int
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        x, episode_start = inputs
+        # [RNN-1] an episode starts from the initial hidden state (zeros), never from the last one's
+        hidden = jnp.where(episode_start[..., None], 0.0, hidden)
+        return nn.GRUCell(self.hidden_size)(hidden, x)  # flax's defaults: lecun / orthogonal init
+
+
+class RecurrentAgent(nn.Module):
+    """The agent over a sequence: (hidden [..., H] before it, obs [T, ..., obs_dim], episode_start
+    [T, ...]) -> (hidden states [T, ..., H], policy head out [T, ..., K or A], values [T, ...]).
+
+    Only the GRU runs step by step; the embedding and the heads read all T steps at once. Actor
+    and critic share the embedding and the GRU (as PureJaxRL's ppo_rnn.py and CleanRL's
     ppo_atari_lstm.py do): what the policy must remember is what the value needs, and one core
     is one recurrent pass per step; each has its own head."""
 
@@ -151,17 +169,17 @@ class RecurrentAgent(nn.Module):
     def __call__(
         self, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        # [RNN-1] an episode starts from the initial hidden state (zeros), never from the last one's
-        hidden = jnp.where(episode_start[..., None], 0.0, hidden)
-        x = nn.tanh(dense(self.hidden_size, np.sqrt(2))(obs))  # [..., H] the embedding
-        hidden, x = nn.GRUCell(self.hidden_size)(hidden, x)  # flax's defaults: lecun / orthogonal init
-        actor = nn.tanh(dense(self.hidden_size, np.sqrt(2))(x))
+        x = nn.tanh(dense(self.hidden_size, np.sqrt(2))(obs))  # [T, ..., H] the embedding
+        # the GRU scanned over time (axis 0), every step with the same parameters
+        gru = nn.scan(GRUStep, variable_broadcast="params", split_rngs={"params": False})
+        _, hiddens = gru(self.hidden_size)(hidden, (x, episode_start))  # [T, ..., H]
+        actor = nn.tanh(dense(self.hidden_size, np.sqrt(2))(hiddens))
         out = dense(self.spec.action_dim, 0.01)(actor)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
-        critic = nn.tanh(dense(self.hidden_size, np.sqrt(2))(x))
+        critic = nn.tanh(dense(self.hidden_size, np.sqrt(2))(hiddens))
         value = dense(1, 1.0)(critic)[..., 0]  # [PPO-2] value head gain 1.0
         if not self.spec.discrete:  # [PPO-14] state-independent log-std, initialised to 0 (std 1)
             self.param("log_std", constant(0.0), (self.spec.action_dim,))
-        return hidden, out, value
+        return hiddens, out, value
 
 
 def policy_of(spec: EnvSpec, params: Params, out: jax.Array) -> distrax.Distribution:
@@ -177,6 +195,12 @@ def policy_of(spec: EnvSpec, params: Params, out: jax.Array) -> distrax.Distribu
 Params = Any  # a flax parameter pytree
 
 
+class RunningMeanStd(NamedTuple):  # running mean and variance of the discounted return
+    mean: jax.Array  # []
+    var: jax.Array  # []
+    count: jax.Array  # []
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one iteration to the next (and checkpoints)."""
 
@@ -188,6 +212,8 @@ class RunnerState(NamedTuple):
     episode_start: jax.Array  # [N] bool: obs is the first observation of an episode
     episode_return: jax.Array  # [N] undiscounted return of the running episode
     episode_length: jax.Array  # [N]
+    return_rms: RunningMeanStd  # discounted-return statistics (used when --normalize-reward)
+    discounted_return: jax.Array  # [N] running discounted return, for reward scaling
     key: jax.Array
 
 
@@ -200,7 +226,7 @@ class Transition(NamedTuple):
     action: jax.Array  # [N] (discrete) or [N, A] (continuous, before clipping)
     log_prob: jax.Array  # [N] log pi_old(action | history)
     value: jax.Array  # [N] V_old(history)
-    reward: jax.Array  # [N]
+    reward: jax.Array  # [N] (scaled when --normalize-reward)
     terminated: jax.Array  # [N] bool: true end of the episode, no bootstrap
     truncated: jax.Array  # [N] bool: time limit reached, bootstrap from final_obs
     final_obs: jax.Array  # [N, obs_dim] observation reached, before auto-reset
@@ -223,6 +249,16 @@ def observe(obs: jax.Array, mask_velocity: bool) -> jax.Array:
     x, x_dot, theta, theta_dot), the velocities are zeroed: position and angle alone."""
     obs = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
     return obs * jnp.array([1.0, 0.0, 1.0, 0.0]) if mask_velocity else obs
+
+
+def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
+    """Merge a batch x [K] into the running statistics (Chan et al. parallel update)."""
+    batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
+    delta = batch_mean - rms.mean
+    total = rms.count + batch_count
+    mean = rms.mean + delta * batch_count / total
+    m2 = rms.var * rms.count + batch_var * batch_count + delta**2 * rms.count * batch_count / total
+    return RunningMeanStd(mean, m2 / total, total)
 
 
 # The done convention, used by compute_gae and by the rollout:
@@ -341,14 +377,18 @@ class Setup(NamedTuple):
 def unroll(
     setup: Setup, params: Params, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The core scanned over a sequence from hidden [N, H]: obs [T, N, obs_dim], episode_start
-    [T, N] -> (hidden states [T, N, H], head outputs [T, N, K or A], values [T, N])."""
+    """The agent over a sequence from hidden [N, H]: obs [T, N, obs_dim], episode_start [T, N] ->
+    (hidden states [T, N, H], head outputs [T, N, K or A], values [T, N])."""
+    return setup.agent.apply(params, hidden, obs, episode_start)
 
-    def step(h: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple]:
-        h, out, value = setup.agent.apply(params, h, *inputs)
-        return h, (h, out, value)
 
-    return jax.lax.scan(step, hidden, (obs, episode_start))[1]
+def agent_step(
+    setup: Setup, params: Params, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One step of the agent, a sequence of length 1: hidden [..., H], obs [..., obs_dim],
+    episode_start [...] -> (hidden [..., H], head output [..., K or A], value [...])."""
+    hidden, out, value = setup.agent.apply(params, hidden, obs[None], episode_start[None])
+    return hidden[0], out[0], value[0]
 
 
 def rollout_step(
@@ -356,7 +396,7 @@ def rollout_step(
 ) -> tuple[RunnerState, Transition]:
     """Act once in the N environments, carrying the hidden state. Parameters stay fixed."""
     args, spec = setup.args, setup.spec
-    hidden, out, value = setup.agent.apply(state.params, state.hidden, state.obs, state.episode_start)
+    hidden, out, value = agent_step(setup, state.params, state.hidden, state.obs, state.episode_start)
     policy = policy_of(spec, state.params, out)
     if spec.discrete:  # a sample of pi: argmax(logits + Gumbel noise), the Gumbel-max trick
         action = jnp.argmax(out + randomness.action_noise, axis=-1)  # [N]
@@ -368,6 +408,12 @@ def rollout_step(
     done = jnp.logical_or(step.terminated, step.truncated)  # [N]
     episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
+    # [PPO-17] reward scaling: divide by the std of the discounted return (NormalizeReward)
+    discounted_return = state.discounted_return * args.gamma + step.reward
+    return_rms, reward = state.return_rms, step.reward
+    if args.normalize_reward:
+        return_rms = rms_update(return_rms, discounted_return)
+        reward = jnp.clip(reward / jnp.sqrt(return_rms.var + 1e-8), -10.0, 10.0)
     transition = Transition(
         obs=state.obs,
         episode_start=state.episode_start,
@@ -375,7 +421,7 @@ def rollout_step(
         action=action,
         log_prob=policy.log_prob(action),
         value=value,
-        reward=step.reward,
+        reward=reward,
         terminated=step.terminated,
         truncated=step.truncated,
         final_obs=observe(step.final_obs, args.mask_velocity),
@@ -389,6 +435,8 @@ def rollout_step(
         episode_start=done,  # [RNN-1] where this step ended an episode, the next begins one
         episode_return=jnp.where(done, 0.0, episode_return),
         episode_length=jnp.where(done, 0, episode_length),
+        return_rms=return_rms,
+        discounted_return=jnp.where(done, 0.0, discounted_return),
     )
     return state, transition
 
@@ -515,8 +563,8 @@ def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[Runne
     # [RNN-4] V(final_obs) needs the hidden state that final_obs would have been read with: one more
     # step of the core from the state after step t (before the next step's reset), in one batched pass
     no_reset = jnp.zeros_like(traj.terminated)  # [T, N]: final_obs continues its episode
-    _, _, final_values = setup.agent.apply(params, traj.hidden, traj.final_obs, no_reset)  # [T, N]
-    _, _, last_value = setup.agent.apply(params, state.hidden, state.obs, state.episode_start)  # [N]
+    _, _, final_values = agent_step(setup, params, traj.hidden, traj.final_obs, no_reset)  # [T, N]
+    _, _, last_value = agent_step(setup, params, state.hidden, state.obs, state.episode_start)  # [N]
     gamma, lam = args.gamma, args.gae_lambda
     advantages, targets = compute_gae(  # [T, N]
         traj.reward, traj.value, traj.terminated, traj.truncated, final_values, last_value, gamma, lam
@@ -630,7 +678,7 @@ def build_setup(args: Args) -> Setup:
 def init_params(setup: Setup, key: jax.Array) -> Params:
     """[PPO-2] the initial agent (embedding, GRU, heads)."""
     obs_dim, hidden_size = math.prod(setup.spec.obs_shape), setup.args.hidden_size
-    dummy = (jnp.zeros((1, hidden_size)), jnp.zeros((1, obs_dim)), jnp.zeros(1, bool))
+    dummy = (jnp.zeros((1, hidden_size)), jnp.zeros((1, 1, obs_dim)), jnp.zeros((1, 1), bool))  # T = N = 1
     return setup.agent.init(key, *dummy)
 
 
@@ -649,6 +697,8 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         episode_start=jnp.ones(num_envs, bool),
         episode_return=jnp.zeros(num_envs),
         episode_length=jnp.zeros(num_envs, jnp.int32),
+        return_rms=RunningMeanStd(jnp.zeros(()), jnp.ones(()), jnp.asarray(1e-4)),
+        discounted_return=jnp.zeros(num_envs),
         key=key,
     )
 
@@ -678,7 +728,7 @@ def greedy_action(
     """The evaluation policy: the likeliest action, or the mean clipped, and the next hidden state.
     obs [E, *obs_shape], hidden [E, H]. Each evaluation episode runs once, so no reset is needed."""
     episode_start = jnp.zeros(obs.shape[0], bool)
-    hidden, out, _ = setup.agent.apply(model, hidden, observe(obs, setup.args.mask_velocity), episode_start)
+    hidden, out, _ = agent_step(setup, model, hidden, observe(obs, setup.args.mask_velocity), episode_start)
     action = policy_of(setup.spec, model, out).mode()
     action = (
         action if setup.spec.discrete else jnp.clip(action, setup.spec.action_low, setup.spec.action_high)
