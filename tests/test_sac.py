@@ -462,31 +462,20 @@ def newest_checkpoint(run_dir: Path) -> tuple[int, Any]:
     return sac.read_checkpoint(sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1], template)
 
 
-def test_a_normalized_brax_run_saves_its_statistics_and_resumes_exactly(tmp_path):
-    """A tiny SAC run on a Brax task, with --normalize-obs, from the command line: the checkpoint
-    and the saved model hold the statistics of the 600 observations acted in (the pendulum falls:
-    many episodes, terminated), and the saved model evaluates as the run's own evaluation did. The
-    same run stopped by SIGTERM after a chunk and resumed ends with bitwise the uninterrupted run's
-    state: the Brax physics states, the statistics, the buffer, the parameters, the optimisers."""
+def test_a_normalized_run_saves_its_statistics_and_resumes_exactly(tmp_path):
+    """--normalize-obs from the command line: the checkpoint and the saved model hold the
+    statistics of the 600 observations acted in, and the saved model evaluates as the run's own
+    evaluation did. A run stopped by SIGTERM after a chunk and resumed ends with bitwise the
+    uninterrupted run's state (the statistics, the buffer, the parameters, the optimisers)."""
     tiny = "--total-timesteps 600 --learning-starts 300 --batch-size 32 --hidden-size 32 --log-frequency 20"
-    flags = [
-        "--env-id",
-        "brax/inverted_pendulum",
-        "--normalize-obs",
-        *tiny.split(),
-        "--num-chunks",
-        "30",
-        "--eval-episodes",
-        "4",
-    ]
+    flags = ["--normalize-obs", *tiny.split(), "--num-chunks", "30", "--eval-episodes", "4"]
     finished = run_script("sac_jax", *flags, "--save-model", "--output-dir", str(tmp_path / "a"))
     assert finished.returncode == 0, finished.stderr
     run_dir = only_run_dir(tmp_path / "a")
     iterations, final = newest_checkpoint(run_dir)
-    acted = np.asarray(final.buffer.data.obs[:600], np.float64).reshape(600, 4)  # raw, 1 env
+    acted = np.asarray(final.buffer.data.obs[:600], np.float64).reshape(600, 3)  # raw, 1 env
     np.testing.assert_allclose(final.obs_rms.count, 600.0, atol=1e-3)
     np.testing.assert_allclose(final.obs_rms.mean, acted.mean(0), rtol=1e-3, atol=1e-4)
-    assert float(final.buffer.data.terminated.sum()) > 10  # episodes that ended by a fall
     algo = sac.make_algorithm(sac.args_from_json(run_dir / "args.json"))
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
     saved = flax.serialization.from_bytes(template, (run_dir / "sac_jax.flax").read_bytes())
