@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import load_script
+from _helpers import load_script, tree_equal
 
 h = load_script("ppo_jax_scan")
 
@@ -116,3 +116,35 @@ def test_unknown_brax_task_and_missing_brax_are_refused_in_one_line(monkeypatch)
     monkeypatch.setitem(sys.modules, "brax", None)  # import brax fails as if it were not installed
     with pytest.raises(h.ArgsError, match=r"Brax is not installed: pip install"):
         h.make_env("brax/hopper")
+
+
+def test_a_sac_run_on_brax_stopped_after_a_chunk_and_resumed_ends_bitwise_the_same(tmp_path):
+    """SAC on brax/inverted_pendulum (--normalize-obs), 3 chunks as the CLI compiles them: stopped
+    after the first, its checkpoint written and read back by the harness, and continued, it ends
+    with bitwise the state of the run never stopped. The state holds Brax's physics states, the
+    replay buffer, the observation statistics, the parameters and the optimisers."""
+    sac = load_script("sac_jax")
+    args = sac.Args(env_id="brax/inverted_pendulum", normalize_obs=True, total_timesteps=300,
+                    learning_starts=100, batch_size=16, hidden_size=16, log_frequency=50)  # fmt: skip
+    algo = sac.make_algorithm(args)  # 6 iterations of 50 steps, gradient steps from step 100 on
+    per_chunk, num_chunks = sac.plan_chunks(algo.num_iterations, 3)
+    chunk = jax.jit(lambda state, first: sac.run_chunk(algo, per_chunk, state, first))
+
+    def run(state, chunks):  # the given chunks of the plan, one after another
+        for c in chunks:
+            state, _ = chunk(state, jnp.int32(c * per_chunk))
+        return state
+
+    init = jax.jit(algo.init)
+    uninterrupted = run(init(jax.random.PRNGKey(1)), range(num_chunks))
+
+    stopped = run(init(jax.random.PRNGKey(1)), range(1))
+    sac.save_checkpoint(tmp_path, per_chunk, per_chunk * algo.env_steps_per_iteration, stopped)
+    (path,) = (tmp_path / "checkpoints").glob("step_*.msgpack")
+    done, restored = sac.read_checkpoint(path, jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    assert done == per_chunk and tree_equal(restored, stopped)
+    resumed = run(restored, range(1, num_chunks))
+
+    assert float(stopped.buffer.data.terminated.sum()) > 3  # the pendulum fell: episodes ended
+    assert not tree_equal(stopped.learner.params.actor, resumed.learner.params.actor)  # it learned since
+    assert tree_equal(resumed, uninterrupted)

@@ -2,7 +2,7 @@
 
 Algorithm: Haarnoja et al. 2018, "Soft Actor-Critic" (arXiv:1801.01290) and "Soft Actor-Critic
 Algorithms and Applications" (arXiv:1812.05905: twin Q critics, automatic entropy tuning), as
-CleanRL's sac_continuous_action.py. Its details are tagged `# [SAC-1]` to `# [SAC-14]` here and
+CleanRL's sac_continuous_action.py. Its details are tagged `# [SAC-1]` to `# [SAC-15]` here and
 listed in docs/sac_jax.md. The policy is a tanh-squashed Gaussian (a distrax distribution); the
 replay buffer is a JAX pytree carried through the scan, like the envs.
 
@@ -14,7 +14,8 @@ checkpoints/ (replay buffer included), eval.json, episodic_return.png; {exp_name
 How to read this file:
     1-3  Args, the networks (the policy: `squashed_gaussian`, a distrax distribution), the
          state (NamedTuples, a shape on every field).
-    4    the math as small pure functions, each tested: td_target, the losses, the replay buffer.
+    4    the math as small pure functions, each tested: td_target, the losses, the replay buffer,
+         the running observation statistics (--normalize-obs).
     5    training. `iteration` is one SAC iteration, the steps between two logged points; a
          `step` puts one step of the num_envs envs into the buffer, then `learn`s: a critic step,
          the delayed actor and alpha steps, the target update. `make_train(args)`: train(key).
@@ -79,6 +80,8 @@ class Args:
     """automatic tuning of the entropy coefficient toward the target entropy -|A|"""
     hidden_size: int = 256
     """width of the two hidden layers of the actor and of each critic"""
+    normalize_obs: bool = False
+    """normalise the networks' observations by a running mean and std (clipped to +-10), as Brax's SAC"""
     log_frequency: int = 100
     """env steps between two logged points (an iteration), which log their means (CleanRL: 100)"""
 
@@ -174,12 +177,20 @@ Params = Any  # a flax parameter pytree
 
 
 class SACParams(NamedTuple):
-    """The learned parameters; also what --save-model writes."""
+    """The learned parameters (--save-model writes them with the observation statistics: SavedModel)."""
 
     actor: Params
     critic: Params  # the twin critics, stacked: every leaf [2, ...]
     critic_target: Params  # their Polyak averages, [2, ...]
     log_alpha: jax.Array  # [] the entropy coefficient is alpha = exp(log_alpha), always
+
+
+class RunningMeanStd(NamedTuple):
+    """[SAC-15] running mean and variance of the observations acted in (--normalize-obs)."""
+
+    mean: jax.Array  # [obs_dim]
+    var: jax.Array  # [obs_dim]
+    count: jax.Array  # [] observations merged so far (from 1e-4)
 
 
 class Transition(NamedTuple):
@@ -214,8 +225,9 @@ class RunnerState(NamedTuple):
 
     learner: Learner
     env_state: Any  # gymnax EnvState, batched over envs [N]
-    obs: jax.Array  # [N, obs_dim] current observations
+    obs: jax.Array  # [N, obs_dim] current observations, raw (unnormalised)
     buffer: ReplayBuffer
+    obs_rms: RunningMeanStd  # [SAC-15] observation statistics (updated with --normalize-obs)
     episode_return: jax.Array  # [N] return of the running episode
     episode_length: jax.Array  # [N]
     key: jax.Array
@@ -294,6 +306,27 @@ def alpha_loss_fn(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: flo
     """[SAC-10] -alpha * (log pi + target_entropy), log_prob [B] held fixed. Its gradient in log_alpha,
     -alpha * (E[log pi] + target_entropy), grows alpha while the entropy -E[log pi] is below the target."""
     return jnp.mean(-jnp.exp(log_alpha) * (jax.lax.stop_gradient(log_prob) + target_entropy))
+
+
+def rms_init(obs_dim: int) -> RunningMeanStd:
+    return RunningMeanStd(jnp.zeros(obs_dim), jnp.ones(obs_dim), jnp.asarray(1e-4))
+
+
+def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
+    """[SAC-15] merge a batch x [K, obs_dim] into the running statistics (Chan et al. parallel update)."""
+    batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
+    delta = batch_mean - rms.mean
+    total = rms.count + batch_count
+    mean = rms.mean + delta * batch_count / total
+    m2 = rms.var * rms.count + batch_var * batch_count + delta**2 * rms.count * batch_count / total
+    return RunningMeanStd(mean, m2 / total, total)
+
+
+def normalize(obs: jax.Array, rms: RunningMeanStd, enabled: bool) -> jax.Array:
+    """[SAC-15] obs [..., obs_dim] -> (obs - mean) / std clipped to +-10, when enabled."""
+    if not enabled:
+        return obs
+    return jnp.clip((obs - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
 
 
 def buffer_init(rows: int, num_envs: int, obs_dim: int, action_dim: int) -> ReplayBuffer:
@@ -388,13 +421,21 @@ def actor_step(setup: Setup, batch: Batch, learner: Learner, key: jax.Array) -> 
 
 
 def learn(
-    setup: Setup, learner: Learner, buffer: ReplayBuffer, key: jax.Array, index: jax.Array
+    setup: Setup,
+    learner: Learner,
+    buffer: ReplayBuffer,
+    obs_rms: RunningMeanStd,
+    key: jax.Array,
+    index: jax.Array,
 ) -> tuple[Learner, CriticInfo, ActorInfo]:
     """One gradient step of the critics; the delayed actor steps and the target update when due.
     index: [] the step's number, not batched over seeds: the two conds stay real branches."""
     args = setup.args
     sample_key, critic_key, actor_key = jax.random.split(key, 3)
-    batch = buffer_sample(buffer, sample_key, args.batch_size)  # [B, ...]
+    batch = buffer_sample(buffer, sample_key, args.batch_size)  # [B, ...] raw observations
+    # [SAC-15] the buffer keeps raw observations; a batch is normalised with the current statistics, as Brax
+    norm = lambda obs: normalize(obs, obs_rms, args.normalize_obs)  # [B, obs_dim]
+    batch = batch._replace(obs=norm(batch.obs), next_obs=norm(batch.next_obs))
     learner, critic_info = critic_step(setup, learner, batch, critic_key)
 
     def actor_steps(learner: Learner) -> tuple[Learner, ActorInfo]:
@@ -422,7 +463,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     key, policy_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
 
     # ACT: [SAC-2] uniformly random actions until learning_starts env steps have been taken
-    policy = setup.actor.apply(state.learner.params.actor, state.obs)
+    obs_rms = state.obs_rms
+    policy = setup.actor.apply(state.learner.params.actor, normalize(state.obs, obs_rms, args.normalize_obs))
     policy_action = policy.sample(seed=policy_key)  # [N, A]
     shape, low, high = (num_envs, spec.action_dim), spec.action_low, spec.action_high
     random_action = jax.random.uniform(random_key, shape, minval=low, maxval=high)  # [N, A]
@@ -433,17 +475,20 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     # STORE: [SAC-7] the real next observation, before the auto-reset (see td_target)
     transition = Transition(state.obs, action, out.reward, out.final_obs, out.terminated * 1.0)
     buffer = buffer_add(state.buffer, transition)
+    if args.normalize_obs:  # [SAC-15] every observation acted in, the random steps' included
+        obs_rms = rms_update(obs_rms, state.obs)
 
     # LEARN
     no_learning = lambda same, *_: (same, nans(CriticInfo), nans(ActorInfo))
+    operands = (state.learner, buffer, obs_rms, learn_key, index)
     learner, critic_info, actor_info = jax.lax.cond(
-        learning, functools.partial(learn, setup), no_learning, state.learner, buffer, learn_key, index
+        learning, functools.partial(learn, setup), no_learning, *operands
     )
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
     reset = lambda x: jnp.where(done, 0, x)  # [N]: an episode that ended starts again from 0
     state = RunnerState(
-        learner, out.state, out.obs, buffer, reset(episode_return), reset(episode_length), key
+        learner, out.state, out.obs, buffer, obs_rms, reset(episode_return), reset(episode_length), key
     )
     ended = (episode_return * done).sum(), (episode_length * done).sum(), done.sum()
     return state, StepStats(*ended, critic_info, actor_info)
@@ -510,7 +555,9 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
     buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
     zeros = jnp.zeros(num_envs)  # the running episodes' returns and lengths
-    return RunnerState(learner, env_state, obs, buffer, zeros, zeros.astype(jnp.int32), key)
+    return RunnerState(
+        learner, env_state, obs, buffer, rms_init(obs_dim), zeros, zeros.astype(jnp.int32), key
+    )
 
 
 def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
@@ -527,9 +574,14 @@ def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array],
 # ===== 6. The evaluation policy, and SAC as the run harness sees it ==================
 
 
-def greedy_action(setup: Setup, params: SACParams, obs: jax.Array) -> jax.Array:
+class SavedModel(NamedTuple):  # what --save-model writes and the evaluation acts with
+    params: SACParams
+    obs_rms: RunningMeanStd  # [SAC-15] the observation statistics (used with --normalize-obs)
+
+
+def greedy_action(setup: Setup, model: SavedModel, obs: jax.Array) -> jax.Array:
     """[SAC-13] the evaluation policy, scale * tanh(mean) + bias: obs [E, obs_dim] -> actions [E, A]."""
-    policy = setup.actor.apply(params.actor, obs)
+    policy = setup.actor.apply(model.params.actor, normalize(obs, model.obs_rms, setup.args.normalize_obs))
     return policy.bijector.forward(policy.distribution.mode())
 
 
@@ -545,7 +597,7 @@ def make_algorithm(args: Args) -> Algorithm:
         init=functools.partial(init_state, setup),
         iteration=functools.partial(iteration, setup),
         metric_tags=METRIC_TAGS,
-        model=lambda state: state.learner.params,  # SACParams: actor, critics, target critics, log_alpha
+        model=lambda state: SavedModel(state.learner.params, state.obs_rms),
         act=functools.partial(greedy_action, setup),
     )
 

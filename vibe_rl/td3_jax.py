@@ -5,7 +5,7 @@ Algorithm: Fujimoto et al. 2018, "Addressing Function Approximation Error in Act
 arXiv:1509.02971) with three ideas, each one flag here, tagged `# [TD3-1]` to `# [TD3-3]`: clipped
 double Q (--clipped-double-q), delayed policy updates (--policy-frequency), target policy smoothing
 (--target-policy-smoothing). --ddpg turns all three off. The other details are tagged `# [TD3-4]`
-to `# [TD3-10]`; docs/td3_jax.md lists all ten. The actor is deterministic; the replay buffer is a
+to `# [TD3-11]`; docs/td3_jax.md lists all eleven. The actor is deterministic; the replay buffer is a
 JAX pytree carried through the scan, like the envs.
 
 Run `python vibe_rl/td3_jax.py --env-id Pendulum-v1` (add --ddpg for DDPG). It writes
@@ -17,7 +17,8 @@ How to read this file:
     1-3  Args, the networks (a deterministic Actor, a QNetwork), the state (NamedTuples, a shape
          on every field).
     4    the math as small pure functions, each tested: explore, smoothed_target_action,
-         bootstrap_q, td_target, the losses, the replay buffer.
+         bootstrap_q, td_target, the losses, the replay buffer, the running observation
+         statistics (--normalize-obs).
     5    training. `iteration` is one TD3 iteration, the steps between two logged points; a
          `step` puts one step of the num_envs envs into the buffer, then `learn`s: a critic step,
          and, every policy_frequency steps, an actor step and the target updates.
@@ -87,6 +88,8 @@ class Args:
     """DDPG: sets --no-clipped-double-q, --policy-frequency 1 and --no-target-policy-smoothing"""
     hidden_size: int = 256
     """width of the two hidden layers of the actor and of each critic"""
+    normalize_obs: bool = False
+    """normalise the networks' observations by a running mean and std (clipped to +-10), as Brax's SAC"""
     log_frequency: int = 100
     """env steps between two logged points (an iteration), which log their means (CleanRL: 100)"""
 
@@ -161,12 +164,21 @@ Params = Any  # a flax parameter pytree
 
 
 class TD3Params(NamedTuple):
-    """The learned parameters; also what --save-model writes. C critics: 2 (TD3), 1 (DDPG)."""
+    """The learned parameters (--save-model writes them with the observation statistics: SavedModel).
+    C critics: 2 (TD3), 1 (DDPG)."""
 
     actor: Params
     actor_target: Params  # [TD3-8] its Polyak average
     critic: Params  # the C critics, stacked: every leaf [C, ...]
     critic_target: Params  # their Polyak averages, [C, ...]
+
+
+class RunningMeanStd(NamedTuple):
+    """[TD3-11] running mean and variance of the observations acted in (--normalize-obs)."""
+
+    mean: jax.Array  # [obs_dim]
+    var: jax.Array  # [obs_dim]
+    count: jax.Array  # [] observations merged so far (from 1e-4)
 
 
 class Transition(NamedTuple):
@@ -200,8 +212,9 @@ class RunnerState(NamedTuple):
 
     learner: Learner
     env_state: Any  # gymnax EnvState, batched over envs [N]
-    obs: jax.Array  # [N, obs_dim] current observations
+    obs: jax.Array  # [N, obs_dim] current observations, raw (unnormalised)
     buffer: ReplayBuffer
+    obs_rms: RunningMeanStd  # [TD3-11] observation statistics (updated with --normalize-obs)
     episode_return: jax.Array  # [N] return of the running episode
     episode_length: jax.Array  # [N]
     key: jax.Array
@@ -286,6 +299,27 @@ def critic_loss_fn(q_values: jax.Array, target: jax.Array) -> tuple[jax.Array, C
 def actor_loss_fn(q1_values: jax.Array) -> jax.Array:
     """-E[Q1(s, mu(s))]: the deterministic policy gradient ascends the first critic. q1_values: [B]."""
     return -jnp.mean(q1_values)
+
+
+def rms_init(obs_dim: int) -> RunningMeanStd:
+    return RunningMeanStd(jnp.zeros(obs_dim), jnp.ones(obs_dim), jnp.asarray(1e-4))
+
+
+def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
+    """[TD3-11] merge a batch x [K, obs_dim] into the running statistics (Chan et al. parallel update)."""
+    batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
+    delta = batch_mean - rms.mean
+    total = rms.count + batch_count
+    mean = rms.mean + delta * batch_count / total
+    m2 = rms.var * rms.count + batch_var * batch_count + delta**2 * rms.count * batch_count / total
+    return RunningMeanStd(mean, m2 / total, total)
+
+
+def normalize(obs: jax.Array, rms: RunningMeanStd, enabled: bool) -> jax.Array:
+    """[TD3-11] obs [..., obs_dim] -> (obs - mean) / std clipped to +-10, when enabled."""
+    if not enabled:
+        return obs
+    return jnp.clip((obs - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
 
 
 def buffer_init(rows: int, num_envs: int, obs_dim: int, action_dim: int) -> ReplayBuffer:
@@ -380,12 +414,20 @@ def actor_step(setup: Setup, learner: Learner, batch: Batch) -> tuple[Learner, A
 
 
 def learn(
-    setup: Setup, learner: Learner, buffer: ReplayBuffer, key: jax.Array, index: jax.Array
+    setup: Setup,
+    learner: Learner,
+    buffer: ReplayBuffer,
+    obs_rms: RunningMeanStd,
+    key: jax.Array,
+    index: jax.Array,
 ) -> tuple[Learner, CriticInfo, ActorInfo]:
     """One gradient step of the critics; the delayed actor step and the target updates when due.
     index: [] the step's number, not batched over seeds: the cond stays a real branch."""
     sample_key, critic_key = jax.random.split(key)
-    batch = buffer_sample(buffer, sample_key, setup.args.batch_size)  # [B, ...]
+    batch = buffer_sample(buffer, sample_key, setup.args.batch_size)  # [B, ...] raw observations
+    # [TD3-11] the buffer keeps raw observations; a batch is normalised with the current statistics, as Brax
+    norm = lambda obs: normalize(obs, obs_rms, setup.args.normalize_obs)  # [B, obs_dim]
+    batch = batch._replace(obs=norm(batch.obs), next_obs=norm(batch.next_obs))
     learner, critic_info = critic_step(setup, learner, batch, critic_key)
     # [TD3-2] delayed policy updates: one actor step (and the target updates) every policy_frequency steps
     no_actor_step = lambda same, _: (same, nans(ActorInfo))
@@ -403,8 +445,9 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     key, noise_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
 
     # ACT: [TD3-6] mu(s) plus Gaussian noise; uniformly random actions until learning_starts env steps
-    low, high = spec.action_low, spec.action_high
-    policy_action = setup.actor.apply(state.learner.params.actor, state.obs)  # [N, A]
+    low, high, obs_rms = spec.action_low, spec.action_high, state.obs_rms
+    obs = normalize(state.obs, obs_rms, args.normalize_obs)  # [N, obs_dim]
+    policy_action = setup.actor.apply(state.learner.params.actor, obs)  # [N, A]
     policy_action = explore(policy_action, noise_key, args.exploration_noise, low, high)
     random_action = jax.random.uniform(random_key, (num_envs, spec.action_dim), minval=low, maxval=high)
     learning = index * num_envs >= args.learning_starts  # []
@@ -414,17 +457,20 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     # STORE: [TD3-7] the real next observation, before the auto-reset (see td_target)
     transition = Transition(state.obs, action, out.reward, out.final_obs, out.terminated * 1.0)
     buffer = buffer_add(state.buffer, transition)
+    if args.normalize_obs:  # [TD3-11] every observation acted in, the random steps' included
+        obs_rms = rms_update(obs_rms, state.obs)
 
     # LEARN
     no_learning = lambda same, *_: (same, nans(CriticInfo), nans(ActorInfo))
+    operands = (state.learner, buffer, obs_rms, learn_key, index)
     learner, critic_info, actor_info = jax.lax.cond(
-        learning, functools.partial(learn, setup), no_learning, state.learner, buffer, learn_key, index
+        learning, functools.partial(learn, setup), no_learning, *operands
     )
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
     reset = lambda x: jnp.where(done, 0, x)  # [N]: an episode that ended starts again from 0
     state = RunnerState(
-        learner, out.state, out.obs, buffer, reset(episode_return), reset(episode_length), key
+        learner, out.state, out.obs, buffer, obs_rms, reset(episode_return), reset(episode_length), key
     )
     ended = (episode_return * done).sum(), (episode_length * done).sum(), done.sum()
     return state, StepStats(*ended, critic_info, actor_info)
@@ -499,7 +545,9 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
     buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
     zeros = jnp.zeros(num_envs)  # the running episodes' returns and lengths
-    return RunnerState(learner, env_state, obs, buffer, zeros, zeros.astype(jnp.int32), key)
+    return RunnerState(
+        learner, env_state, obs, buffer, rms_init(obs_dim), zeros, zeros.astype(jnp.int32), key
+    )
 
 
 def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
@@ -516,9 +564,14 @@ def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array],
 # ===== 6. The evaluation policy, and TD3 as the run harness sees it ==================
 
 
-def greedy_action(setup: Setup, params: TD3Params, obs: jax.Array) -> jax.Array:
+class SavedModel(NamedTuple):  # what --save-model writes and the evaluation acts with
+    params: TD3Params
+    obs_rms: RunningMeanStd  # [TD3-11] the observation statistics (used with --normalize-obs)
+
+
+def greedy_action(setup: Setup, model: SavedModel, obs: jax.Array) -> jax.Array:
     """The evaluation policy, mu(obs) without noise: obs [E, obs_dim] -> actions [E, A]."""
-    return setup.actor.apply(params.actor, obs)
+    return setup.actor.apply(model.params.actor, normalize(obs, model.obs_rms, setup.args.normalize_obs))
 
 
 def make_algorithm(args: Args) -> Algorithm:
@@ -533,7 +586,7 @@ def make_algorithm(args: Args) -> Algorithm:
         init=functools.partial(init_state, setup),
         iteration=functools.partial(iteration, setup),
         metric_tags=METRIC_TAGS,
-        model=lambda state: state.learner.params,  # TD3Params: actor, critics and their targets
+        model=lambda state: SavedModel(state.learner.params, state.obs_rms),
         act=functools.partial(greedy_action, setup),
     )
 
