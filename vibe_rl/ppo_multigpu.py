@@ -1126,8 +1126,7 @@ def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state
 def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
     """(iterations done, the state of one seed); ValueError when the file does not read as one."""
     try:
-        saved = flax.serialization.msgpack_restore(path.read_bytes())
-        restored = flax.serialization.from_state_dict({"iterations": 0, "state": template}, saved)
+        restored = flax.serialization.from_bytes({"iterations": 0, "state": template}, path.read_bytes())
     except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
         raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
@@ -1147,7 +1146,7 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
         except ValueError as error:
             errors.append(str(error))
     raise ArgsError(
-        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors or ['there is none'])}"
+        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'there is none'}"
     )
 
 
@@ -1210,19 +1209,17 @@ def compile_evaluate(run: Run, state: Any) -> Callable[[Any], EvalResult]:
 
 
 # --- The driver: chunks, and the outputs written between them ----------------------------------
-def train_chunks(
-    run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list[int]
-) -> tuple:
+def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
     """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it), the driver
     writes out the one before: non-finite check, logs, checkpoints, --eval-frequency, progress, and a
     clean exit on a stop signal (the chunk in flight is then dropped: a resume runs it again)."""
     algo, per_chunk, num_seeds = run.algo, run.iterations_per_chunk, len(run.seeds)
-    per_iteration, every, tags = (
-        algo.env_steps_per_iteration,
-        run.args.eval_frequency,
+    per_iteration, every = algo.env_steps_per_iteration, run.args.eval_frequency
+    total, at_start, tags = (
+        algo.num_iterations * per_iteration,
+        done * per_iteration,
         algo.metric_tags.items(),
     )
-    total, at_start = algo.num_iterations * per_iteration, done * per_iteration
     loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
@@ -1236,17 +1233,13 @@ def train_chunks(
         sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
         host_state, began, step = to_host(state), first * per_iteration, (first + num_valid) * per_iteration
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
-            kept = f"The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
-            sys.exit(
-                f"error: non-finite loss or parameters between steps {began:,} and {step:,}; stopping. {kept}"
-            )
+            kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
         evals = {}  # at each --eval-frequency (and not at the end: finish_run's), every seed's mean return
         if every and step < total and step // every > began // every:
             evals["eval/episodic_return"] = to_host(evaluate.result()(state).returns).mean(-1)  # [slots]
         for i, logger in enumerate(loggers):
-            rows = [
-                {tag: float(getattr(metrics, name)[i, j]) for name, tag in tags} for j in range(num_valid)
-            ]
+            rows = [{tag: float(getattr(metrics, m)[i, j]) for m, tag in tags} for j in range(num_valid)]
             rows[-1] |= {"charts/SPS": sps} | {tag: float(x[i]) for tag, x in evals.items()}  # once per chunk
             logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
             save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
@@ -1278,9 +1271,8 @@ class RunLogger:
         self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
         if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
             lines = self.jsonl.read_text().splitlines(keepends=True)
-            self.jsonl.write_text(
-                "".join(x for x in lines if json.loads(x)["global_step"] <= resumed_at_step)
-            )
+            kept = [x for x in lines if json.loads(x)["global_step"] <= resumed_at_step]
+            self.jsonl.write_text("".join(kept))
         # purge_step: TensorBoard hides the events written after the checkpoint, as above
         self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
         if args.track:  # the same wandb run after a resume, whatever the directory is called now
@@ -1332,22 +1324,17 @@ def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.A
     spec, (reset_key, key) = algo.env, jax.random.split(key)
     obs, env_state = reset_envs(spec, reset_key, num_episodes)
     zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
-    carry = EvalCarry(
-        env_state, obs, zeros, zeros.astype(jnp.int32), jnp.ones(num_episodes, bool), key, policy
-    )
+    running = jnp.ones(num_episodes, bool)
+    carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy)
 
     def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
         key, step_key = jax.random.split(c.key)
         action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
         out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
         running = c.running & ~(out.terminated | out.truncated)
-        returns, lengths, first_episode = (
-            c.returns + out.reward * c.running,
-            c.lengths + c.running,
-            c.env_state,
-        )
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
         return EvalCarry(out.state, out.obs, returns, lengths, running, key, policy), seed_slice(
-            first_episode, 0
+            c.env_state, 0
         )
 
     carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
@@ -1375,9 +1362,8 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
         plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
         if models is not None:  # --save-model
-            (run_dir / f"{args.exp_name}.flax").write_bytes(
-                flax.serialization.to_bytes(seed_slice(models, i))
-            )
+            model = flax.serialization.to_bytes(seed_slice(models, i))
+            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
         if args.capture_video:
             write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
         mean, std, episodes = summary["mean"], summary["std"], args.eval_episodes
