@@ -156,14 +156,10 @@ SCRIPTS = {
         # short, and learning starts late (10 gradient steps): seeds sharded over 1 and 2
         # devices start off within float rounding, and Pendulum's steps and SAC's gradient
         # steps amplify it (see device_atol)
-        run=flags(
-            total_timesteps=600,
-            learning_starts=590,
-            batch_size=32,
-            hidden_size=32,
-            num_chunks=30,
-            eval_episodes=4,
-        ),
+        # --normalize-obs: the resume covers the observation statistics too
+        run=flags(total_timesteps=600, learning_starts=590, batch_size=32, hidden_size=32, num_chunks=30)
+        + flags(eval_episodes=4)
+        + ["--normalize-obs"],
         non_finite=flags(q_lr=1e38, learning_starts=200),
         stop_signal=signal.SIGTERM,
         bad_inputs=[
@@ -189,14 +185,9 @@ SCRIPTS = {
         env_id="Pendulum-v1",
         # short, and learning starts late (10 gradient steps), as sac_jax's: seeds sharded over 1
         # and 2 devices start off within float rounding, and Pendulum's steps amplify it
-        run=flags(
-            total_timesteps=600,
-            learning_starts=590,
-            batch_size=32,
-            hidden_size=32,
-            num_chunks=30,
-            eval_episodes=4,
-        ),
+        run=flags(total_timesteps=600, learning_starts=590, batch_size=32, hidden_size=32, num_chunks=30)
+        + flags(eval_episodes=4)
+        + ["--normalize-obs"],
         non_finite=flags(learning_rate=1e38, learning_starts=200),
         stop_signal=signal.SIGTERM,
         bad_inputs=[
