@@ -137,7 +137,11 @@ def interleave(variants: dict[str, list[str]], rounds: int, label: str) -> dict[
     names = list(variants)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            result = run(variants[name])
+            try:  # a variant that fails or hangs is reported, and the others still run
+                result = run(variants[name], timeout=600)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                print(f"  [{label}] round {r + 1}: {name}: FAILED: {str(error).splitlines()[0]}")
+                continue
             samples[name].append(result)
             print(
                 f"  [{label}] round {r + 1}: {name}: "
