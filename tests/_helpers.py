@@ -3,6 +3,7 @@ what a run writes, and small probe environments with a known value function."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -14,8 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import flax.serialization
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
@@ -328,3 +331,122 @@ def train_setup(module: ModuleType, setup: Any, key: jax.Array) -> tuple[Any, An
 def probe_spec(module: ModuleType, env: Any) -> Any:
     """A script's EnvSpec of a probe env (make_env knows only the registered ones)."""
     return module.env_spec(env, env.default_params)
+
+
+# --- --normalize-obs in the off-policy scripts (sac_jax, td3_jax): the same checks ---
+
+
+def check_observation_statistics(module: ModuleType) -> None:
+    """Batches of 7, 1 and 12 observations merged one after another give numpy's mean and
+    (population) variance of all 20, with the statistics' start (mean 0, var 1) weighing 1e-4;
+    normalize then maps the 20 to mean 0 and std 1, clips at +-10, and is the identity when off."""
+    rng = np.random.default_rng(0)
+    loc, scale = np.array([1.0, -5.0, 20.0]), np.array([0.5, 2.0, 8.0])
+    batches = [(loc + scale * rng.normal(size=(n, 3))).astype(np.float32) for n in (7, 1, 12)]
+    rms, update = module.rms_init(3), jax.jit(module.rms_update)
+    for batch in batches:
+        rms = update(rms, jnp.asarray(batch))
+    everything = np.concatenate(batches).astype(np.float64)  # [20, 3]
+    np.testing.assert_allclose(rms.count, 20.0, atol=1e-3)  # 20 observations and the start's 1e-4
+    np.testing.assert_allclose(rms.mean, everything.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rms.var, everything.var(0), rtol=5e-3)  # the start's weight aside:
+    start, total = 1e-4, 20 + 1e-4  # it counts as 1e-4 of an observation of mean 0 and variance 1
+    mean = everything.sum(0) / total
+    var = (start * (1.0 + mean**2) + ((everything - mean) ** 2).sum(0)) / total
+    np.testing.assert_allclose(rms.mean, mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rms.var, var, rtol=1e-4)
+    normalized = np.asarray(module.normalize(jnp.asarray(everything, jnp.float32), rms, True))
+    np.testing.assert_allclose(normalized.mean(0), 0.0, atol=1e-3)
+    np.testing.assert_allclose(normalized.std(0), 1.0, rtol=5e-3)  # the start's weight aside
+    far = rms.mean + jnp.array([-1.0, 1.0, 1.0]) * 100.0 * jnp.sqrt(rms.var)  # 100 std away
+    np.testing.assert_allclose(module.normalize(far, rms, True), [-10.0, 10.0, 10.0])
+    assert module.normalize(far, rms, False) is far
+
+
+def check_statistics_of_every_observation_acted_in(module: ModuleType, args: Any) -> None:
+    """Under jit and vmap over 3 seeds: each seed's statistics are numpy's mean and variance of
+    the observations it acted in, random steps included (its buffer holds them all, raw)."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    state, metrics = jax.jit(jax.vmap(module.make_train(args)))(keys)
+    rms = state.obs_rms
+    assert rms.mean.shape == rms.var.shape == (3, 3) and rms.count.shape == (3,)
+    np.testing.assert_allclose(rms.count, 300.0, atol=1e-3)
+    acted = np.asarray(state.buffer.data.obs[:, :150], np.float64).reshape(3, 300, 3)  # [S, 150 * N, obs]
+    np.testing.assert_allclose(rms.mean, acted.mean(1), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(rms.var, acted.var(1), rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(acted[..., 0] ** 2 + acted[..., 1] ** 2, 1.0, rtol=1e-5)  # raw: cos, sin
+    assert np.isfinite(metrics.qf_loss[:, 2:]).all() and np.isfinite(metrics.actor_loss[:, 2:]).all()
+
+
+def check_normalize_obs_paths(module: ModuleType, on_args: Any, off_args: Any) -> None:
+    """With --normalize-obs a gradient step on raw observations is the step without it on the
+    observations normalised by hand (obs and next_obs); so are the action taken in the env and
+    the evaluation action. Without normalisation the step differs."""
+    on, off = module.build_setup(on_args), module.build_setup(off_args)
+    state = module.init_state(on, jax.random.PRNGKey(0))
+    rms = module.RunningMeanStd(jnp.array([0.5, -0.2, 3.0]), jnp.array([0.04, 0.25, 9.0]), jnp.asarray(50.0))
+    by_hand = lambda obs: jnp.clip((obs - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
+    obs, next_obs = (3.0 * jax.random.normal(jax.random.PRNGKey(k), (8, 1, 3)) + 1.0 for k in (1, 2))
+    data = module.Transition(obs, jnp.zeros((8, 1, 1)), jnp.ones((8, 1)), next_obs, jnp.zeros((8, 1)))
+    raw = module.ReplayBuffer(data, jnp.asarray(0, jnp.int32), jnp.asarray(8, jnp.int32))
+    normalised = raw._replace(data=data._replace(obs=by_hand(obs), next_obs=by_hand(next_obs)))
+    key, index = jax.random.PRNGKey(3), jnp.int32(0)  # step 0: the delayed steps and the targets too
+    learned = jax.jit(functools.partial(module.learn, on))(state.learner, raw, rms, key, index)
+    by_hand_learned = jax.jit(functools.partial(module.learn, off))(
+        state.learner, normalised, rms, key, index
+    )
+    for a, b in zip(jax.tree.leaves(learned), jax.tree.leaves(by_hand_learned), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    unnormalised = jax.jit(functools.partial(module.learn, off))(state.learner, raw, rms, key, index)
+    assert not np.allclose(unnormalised[1].qf_loss, learned[1].qf_loss)
+
+    # acting: a step past learning_starts stores the action the policy took in the (normalised) obs
+    state = state._replace(obs_rms=rms)
+    stepped, _ = jax.jit(functools.partial(module.step, on))(state, jnp.int32(200))
+    by_hand_stepped, _ = jax.jit(functools.partial(module.step, off))(
+        state._replace(obs=by_hand(state.obs)), 200
+    )
+    np.testing.assert_allclose(
+        stepped.buffer.data.action[0], by_hand_stepped.buffer.data.action[0], rtol=1e-6
+    )
+
+    model, eval_obs = module.SavedModel(state.learner.params, rms), obs[:, 0]  # [8, obs_dim]
+    np.testing.assert_allclose(
+        module.greedy_action(on, model, eval_obs),
+        module.greedy_action(off, model, by_hand(eval_obs)),
+        rtol=1e-6,
+    )
+
+
+def newest_checkpoint(module: ModuleType, run_dir: Path) -> tuple[int, Any]:
+    """(iterations done, state) of a run directory's newest checkpoint."""
+    algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
+    template = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
+    return module.read_checkpoint(sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1], template)
+
+
+def check_a_normalized_run_saves_its_statistics(module: ModuleType, tmp_path: Path) -> None:
+    """--normalize-obs from the command line: the checkpoint and the saved model hold the
+    statistics of the 600 observations acted in, and the saved model evaluates as the run's own
+    evaluation did. (That a stopped run resumes them exactly is test_contract.py's resume test,
+    whose run has --normalize-obs.)"""
+    tiny = "--total-timesteps 600 --learning-starts 300 --batch-size 32 --hidden-size 32 --log-frequency 20"
+    flags = ["--normalize-obs", *tiny.split(), "--num-chunks", "30", "--eval-episodes", "4"]
+    finished = run_script(
+        module.__name__.split(".")[-1], *flags, "--save-model", "--output-dir", str(tmp_path / "a")
+    )
+    assert finished.returncode == 0, finished.stderr
+    run_dir = only_run_dir(tmp_path / "a")
+    iterations, final = newest_checkpoint(module, run_dir)
+    acted = np.asarray(final.buffer.data.obs[:600], np.float64).reshape(600, 3)  # raw, 1 env
+    np.testing.assert_allclose(final.obs_rms.count, 600.0, atol=1e-3)
+    np.testing.assert_allclose(final.obs_rms.mean, acted.mean(0), rtol=1e-3, atol=1e-4)
+    algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    saved = flax.serialization.from_bytes(
+        template, (run_dir / f"{module.__name__.split('.')[-1]}.flax").read_bytes()
+    )
+    assert tree_equal(saved, algo.model(final))  # the parameters and the statistics
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    reloaded = module.evaluate_saved_model(run_dir, episodes=4, seed=module.EVAL_SEED)  # the run's keys
+    np.testing.assert_allclose(reloaded["returns"], evaluation["returns"], rtol=1e-3)

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import warnings
-from pathlib import Path
-from typing import Any
 
-import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,11 +17,13 @@ import pytest
 from _helpers import (
     AsymmetricBoxProbe,
     ConstantRewardProbe,
+    check_a_normalized_run_saves_its_statistics,
+    check_normalize_obs_paths,
+    check_observation_statistics,
+    check_statistics_of_every_observation_acted_in,
     load_script,
-    only_run_dir,
     probe_spec,
     run_in_chunks,
-    run_script,
     train_setup,
     tree_equal,
 )
@@ -375,111 +373,28 @@ def test_chunked_run_equals_single_program():
 
 def test_observation_statistics_merge_to_numpys_mean_and_var():
     """Batches of 7, 1 and 12 observations merged one after another give numpy's mean and
-    (population) variance of all 20, with the statistics' start (mean 0, var 1) weighing 1e-4;
-    normalize then maps the 20 to mean 0 and std 1, clips at +-10, and is the identity when off."""
-    rng = np.random.default_rng(0)
-    loc, scale = np.array([1.0, -5.0, 20.0]), np.array([0.5, 2.0, 8.0])
-    batches = [(loc + scale * rng.normal(size=(n, 3))).astype(np.float32) for n in (7, 1, 12)]
-    rms, update = sac.rms_init(3), jax.jit(sac.rms_update)
-    for batch in batches:
-        rms = update(rms, jnp.asarray(batch))
-    everything = np.concatenate(batches).astype(np.float64)  # [20, 3]
-    np.testing.assert_allclose(rms.count, 20.0, atol=1e-3)  # 20 observations and the start's 1e-4
-    np.testing.assert_allclose(rms.mean, everything.mean(0), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(rms.var, everything.var(0), rtol=5e-3)  # the start's weight aside:
-    start, total = 1e-4, 20 + 1e-4  # it counts as 1e-4 of an observation of mean 0 and variance 1
-    mean = everything.sum(0) / total
-    var = (start * (1.0 + mean**2) + ((everything - mean) ** 2).sum(0)) / total
-    np.testing.assert_allclose(rms.mean, mean, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(rms.var, var, rtol=1e-4)
-    normalized = np.asarray(sac.normalize(jnp.asarray(everything, jnp.float32), rms, True))
-    np.testing.assert_allclose(normalized.mean(0), 0.0, atol=1e-3)
-    np.testing.assert_allclose(normalized.std(0), 1.0, rtol=5e-3)  # the start's weight aside
-    far = rms.mean + jnp.array([-1.0, 1.0, 1.0]) * 100.0 * jnp.sqrt(rms.var)  # 100 std away
-    np.testing.assert_allclose(sac.normalize(far, rms, True), [-10.0, 10.0, 10.0])
-    assert sac.normalize(far, rms, False) is far
+    (population) variance of all 20; normalize maps them to mean 0 and std 1, clips at +-10,
+    and is the identity when off (_helpers.check_observation_statistics)."""
+    check_observation_statistics(sac)
 
 
 def test_normalize_obs_keeps_the_statistics_of_every_observation_acted_in():
-    """Under jit and vmap over 3 seeds: each seed's statistics are numpy's mean and variance of
-    the observations it acted in, random steps included (its buffer holds them all, raw)."""
-    args = tiny_args(num_envs=2, normalize_obs=True)  # 150 steps of 2 envs; learning from step 50 on
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    state, metrics = jax.jit(jax.vmap(sac.make_train(args)))(keys)
-    rms = state.obs_rms
-    assert rms.mean.shape == rms.var.shape == (3, 3) and rms.count.shape == (3,)
-    np.testing.assert_allclose(rms.count, 300.0, atol=1e-3)
-    acted = np.asarray(state.buffer.data.obs[:, :150], np.float64).reshape(3, 300, 3)  # [S, 150 * N, obs]
-    np.testing.assert_allclose(rms.mean, acted.mean(1), rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(rms.var, acted.var(1), rtol=1e-3, atol=1e-5)
-    np.testing.assert_allclose(acted[..., 0] ** 2 + acted[..., 1] ** 2, 1.0, rtol=1e-5)  # raw: cos, sin
-    assert np.isfinite(metrics.qf_loss[:, 2:]).all() and np.isfinite(metrics.actor_loss[:, 2:]).all()
+    """Under jit and vmap over 3 seeds, each seed's statistics are numpy's over the observations
+    it acted in, random steps included. 150 steps of 2 envs; learning from step 50 on."""
+    check_statistics_of_every_observation_acted_in(sac, tiny_args(num_envs=2, normalize_obs=True))
 
 
 def test_normalize_obs_normalises_the_batches_the_acting_and_the_evaluation():
-    """With --normalize-obs a gradient step on raw observations is the step without it on the
-    observations normalised by hand (obs and next_obs); so are the action taken in the env and
-    the evaluation action. Without normalisation the step differs."""
-    on, off = (sac.build_setup(tiny_args(normalize_obs=flag)) for flag in (True, False))
-    state = sac.init_state(on, jax.random.PRNGKey(0))
-    rms = sac.RunningMeanStd(jnp.array([0.5, -0.2, 3.0]), jnp.array([0.04, 0.25, 9.0]), jnp.asarray(50.0))
-    by_hand = lambda obs: jnp.clip((obs - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
-    obs, next_obs = (3.0 * jax.random.normal(jax.random.PRNGKey(k), (8, 1, 3)) + 1.0 for k in (1, 2))
-    data = sac.Transition(obs, jnp.zeros((8, 1, 1)), jnp.ones((8, 1)), next_obs, jnp.zeros((8, 1)))
-    raw = sac.ReplayBuffer(data, jnp.asarray(0, jnp.int32), jnp.asarray(8, jnp.int32))
-    normalised = raw._replace(data=data._replace(obs=by_hand(obs), next_obs=by_hand(next_obs)))
-    key, index = jax.random.PRNGKey(3), jnp.int32(0)  # step 0: the actor, alpha and the targets step too
-    learned = jax.jit(functools.partial(sac.learn, on))(state.learner, raw, rms, key, index)
-    by_hand_learned = jax.jit(functools.partial(sac.learn, off))(state.learner, normalised, rms, key, index)
-    for a, b in zip(jax.tree.leaves(learned), jax.tree.leaves(by_hand_learned), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    unnormalised = jax.jit(functools.partial(sac.learn, off))(state.learner, raw, rms, key, index)
-    assert not np.allclose(unnormalised[1].qf_loss, learned[1].qf_loss)
-
-    # acting: a step past learning_starts stores the action the policy took in the (normalised) obs
-    state = state._replace(obs_rms=rms)
-    stepped, _ = jax.jit(functools.partial(sac.step, on))(state, jnp.int32(200))
-    by_hand_stepped, _ = jax.jit(functools.partial(sac.step, off))(
-        state._replace(obs=by_hand(state.obs)), 200
-    )
-    np.testing.assert_allclose(
-        stepped.buffer.data.action[0], by_hand_stepped.buffer.data.action[0], rtol=1e-6
-    )
-
-    model, eval_obs = sac.SavedModel(state.learner.params, rms), obs[:, 0]  # [8, obs_dim]
-    np.testing.assert_allclose(
-        sac.greedy_action(on, model, eval_obs), sac.greedy_action(off, model, by_hand(eval_obs)), rtol=1e-6
-    )
-
-
-def newest_checkpoint(run_dir: Path) -> tuple[int, Any]:
-    """(iterations done, state) of a run directory's newest checkpoint."""
-    algo = sac.make_algorithm(sac.args_from_json(run_dir / "args.json"))
-    template = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
-    return sac.read_checkpoint(sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1], template)
+    """A gradient step, an env step and the evaluation action with --normalize-obs equal those
+    without it on observations normalised by hand (_helpers.check_normalize_obs_paths)."""
+    check_normalize_obs_paths(sac, tiny_args(normalize_obs=True), tiny_args(normalize_obs=False))
 
 
 def test_a_normalized_run_saves_its_statistics(tmp_path):
     """--normalize-obs from the command line: the checkpoint and the saved model hold the
-    statistics of the 600 observations acted in, and the saved model evaluates as the run's own
-    evaluation did. (That a stopped run resumes them exactly is test_contract.py's resume test,
-    whose run has --normalize-obs.)"""
-    tiny = "--total-timesteps 600 --learning-starts 300 --batch-size 32 --hidden-size 32 --log-frequency 20"
-    flags = ["--normalize-obs", *tiny.split(), "--num-chunks", "30", "--eval-episodes", "4"]
-    finished = run_script("sac_jax", *flags, "--save-model", "--output-dir", str(tmp_path / "a"))
-    assert finished.returncode == 0, finished.stderr
-    run_dir = only_run_dir(tmp_path / "a")
-    iterations, final = newest_checkpoint(run_dir)
-    acted = np.asarray(final.buffer.data.obs[:600], np.float64).reshape(600, 3)  # raw, 1 env
-    np.testing.assert_allclose(final.obs_rms.count, 600.0, atol=1e-3)
-    np.testing.assert_allclose(final.obs_rms.mean, acted.mean(0), rtol=1e-3, atol=1e-4)
-    algo = sac.make_algorithm(sac.args_from_json(run_dir / "args.json"))
-    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
-    saved = flax.serialization.from_bytes(template, (run_dir / "sac_jax.flax").read_bytes())
-    assert tree_equal(saved, algo.model(final))  # the parameters and the statistics
-    evaluation = json.loads((run_dir / "eval.json").read_text())
-    reloaded = sac.evaluate_saved_model(run_dir, episodes=4, seed=sac.EVAL_SEED)  # the run's keys
-    np.testing.assert_allclose(reloaded["returns"], evaluation["returns"], rtol=1e-3)
+    statistics of the observations acted in, and the saved model evaluates as the run did.
+    (That a stopped run resumes them exactly is test_contract.py's resume test.)"""
+    check_a_normalized_run_saves_its_statistics(sac, tmp_path)
 
 
 # --- learning ------------------------------------------------------------------------
