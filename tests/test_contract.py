@@ -401,7 +401,7 @@ def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(script, tm
     run_dir = fake_run(tmp_path, script)
     module = load_script(script)
     code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
-    assert code == 2 and "no checkpoint reads: there is none" in err and err.count("\n") == 1
+    assert code == 2 and "no checkpoint reads: none found" in err and err.count("\n") == 1
     (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "step_000000000512.msgpack").write_bytes(b"\x81\xa5trunc")  # cut short
     code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
@@ -633,9 +633,9 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
     module, levels = load_script(name), []
     seeds_program = module.seeds_program
 
-    def recording(per_seed: Any, inputs: tuple, in_axes: Any = 0, level: Any = None, **jit: Any) -> Any:
+    def recording(per_seed: Any, inputs: tuple, level: Any, in_axes: Any = 0, **jit: Any) -> Any:
         levels.append(level)
-        return seeds_program(per_seed, inputs, in_axes, level, **jit)
+        return seeds_program(per_seed, inputs, level, in_axes, **jit)
 
     monkeypatch.setattr(module, "seeds_program", recording)
     run = module.open_run(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))

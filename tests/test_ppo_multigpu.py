@@ -36,8 +36,7 @@ from _helpers import (
     tree_equal,
 )
 
-from vibe_rl import ppo_jax_scan
-from vibe_rl import ppo_multigpu as ppo
+from vibe_rl import ppo_jax_scan, ppo_multigpu as ppo
 
 # 3 iterations of 8 envs x 16 steps, 4 minibatches (G = 1: each env gives 4 samples to each)
 TINY = dict(num_envs=8, num_steps=16, total_timesteps=3 * 8 * 16, num_minibatches=4, update_epochs=2)

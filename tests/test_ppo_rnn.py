@@ -11,8 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vibe_rl import ppo_jax_scan as ppo
-from vibe_rl import ppo_rnn_jax as rnn
+from vibe_rl import ppo_jax_scan as ppo, ppo_rnn_jax as rnn
 
 TINY = dict(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2, update_epochs=2, hidden_size=8)
 

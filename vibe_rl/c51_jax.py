@@ -515,18 +515,15 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, fields
 
-import flax.serialization
 import tyro
+from flax.serialization import from_bytes, to_bytes
 from jax.experimental import multihost_utils
-from jax.sharding import AxisType, Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from tensorboardX import SummaryWriter
 
 
 # --- Environments: gymnax's API for every env, Brax's included ---------------------------------
-class EnvSpec(NamedTuple):
-    """An environment, and what the networks need to know of it."""
-
+class EnvSpec(NamedTuple):  # an environment, and what the networks need to know of it
     env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
     params: Any  # its EnvParams (max_steps_in_episode: the time limit)
     obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
@@ -547,12 +544,9 @@ def make_env(env_id: str) -> EnvSpec:
     return env_spec(*gymnax.make(env_id))
 
 
-def env_spec(env: Any, params: Any) -> EnvSpec:
-    """The EnvSpec of any gymnax Environment instance and its params."""
-    from gymnax.environments import spaces
-
+def env_spec(env: Any, params: Any) -> EnvSpec:  # of any gymnax Environment instance and its params
     space = env.action_space(params)
-    discrete = isinstance(space, spaces.Discrete)
+    discrete = hasattr(space, "n")  # a gymnax spaces.Discrete: n actions (a Box has a shape)
     action_dim = int(space.n) if discrete else math.prod(space.shape)
     box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
     bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
@@ -562,8 +556,7 @@ def env_spec(env: Any, params: Any) -> EnvSpec:
 def brax_env(name: str) -> tuple[Any, Any]:
     """Brax's task (its MuJoCo-faithful backend) as a gymnax env, built on the raw env: create's wrappers
     fold the time limit into done and restart from a cached state, overwriting the final observation."""
-    install = "pip install 'brax>=0.14.2,<0.15'"
-    require(importlib.util.find_spec("brax"), f"--env-id brax/...: Brax is not installed: {install}")
+    require(importlib.util.find_spec("brax"), "Brax is not installed: pip install 'brax>=0.14.2,<0.15'")
     with contextlib.redirect_stdout(None):  # mujoco prints that its optional warp backend is missing
         from brax import envs
     from flax import struct
@@ -594,15 +587,13 @@ def brax_env(name: str) -> tuple[Any, Any]:
     return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
 
 
-class EnvStep(NamedTuple):
-    """N envs' step, as gymnax's env.step returns it (final_obs: its info["final_observation"])."""
-
+class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
     obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
     state: Any  # gymnax EnvState [N]
     reward: jax.Array  # [N]
     terminated: jax.Array  # [N] bool: the MDP ended
     truncated: jax.Array  # [N] bool: the time limit cut the episode
-    final_obs: jax.Array  # [N, *obs_shape] the observation reached, before the auto-reset
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached (info["final_observation"])
 
 
 def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
@@ -617,8 +608,7 @@ def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> 
 
 
 class Conv3x3(nn.Module):
-    """nn.Conv(features, (3, 3), padding="VALID") computed as a dense layer over each pixel's 3x3
-    patch (im2col), its kernel [9C, features]: several times faster on XLA CPU."""
+    """nn.Conv(features, (3, 3), padding="VALID") as a dense layer over each 3x3 patch: faster on XLA CPU."""
 
     features: int
     kernel_init: Callable = nn.initializers.lecun_normal()
@@ -644,9 +634,7 @@ def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array]
 
 
 # --- The Algorithm, the flags, JAX's start ----------------------------------------------------
-class Algorithm(NamedTuple):
-    """One script's algorithm, as its make_algorithm gives it to the harness."""
-
+class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gives it to the harness
     name: str
     sizes: NamedTuple  # the derived sizes, written to args.json
     env: EnvSpec  # for the evaluation episodes and the video
@@ -690,9 +678,8 @@ def require_positive(args: Args, *names: str, at_least: int = 1) -> None:
         require(value >= at_least, f"--{name.replace('_', '-')} must be {what}, got {value}")
 
 
-class Deferred(types.ModuleType):
-    """Stands in sys.modules for a module, and imports it when one of its attributes is first read."""
-
+class Deferred(types.ModuleType):  # in sys.modules for a module: imports it when an attribute is read
+    # (not importlib.util.LazyLoader: the import system reads a module's __spec__, which loads it)
     def __getattr__(self, name: str) -> Any:
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
@@ -713,18 +700,17 @@ def start_jax(args: Args) -> None:
             jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
 
 
-# Several processes (ppo_multigpu --distributed); with one, both are trivial. Process 0 alone writes
-# the run directories; to_host gathers every process's numpy arrays [n, ...] to [processes * n, ...].
+# Several processes (ppo_multigpu --distributed); with one, these are trivial. Process 0 alone writes the
+# run directories and prints (say); to_host gathers every process's arrays [n, ...] to [processes * n, ...].
 is_main_process = lambda: jax.process_index() == 0
+say = lambda text: print(text, flush=True) if is_main_process() else None
 to_host = lambda tree: (
     multihost_utils.process_allgather(tree, tiled=True) if jax.process_count() > 1 else jax.device_get(tree)
 )
 
 
 # --- Run directories and checkpoints -------------------------------------------------------------
-class Run(NamedTuple):
-    """One training of all seeds: what it writes where, and how its seeds lie on the devices."""
-
+class Run(NamedTuple):  # one training of all seeds: what it writes where, how its seeds lie on the devices
     args: Args
     algo: Algorithm
     seeds: list[int]
@@ -767,7 +753,7 @@ def open_run(args: Args) -> Run:
     """Check the flags; make the run directories (one per seed, each with its args.json) or find them."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
-    if args.capture_video:  # what render_frames and write_video draw
+    if args.capture_video:  # what write_video draws
         drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
         require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
@@ -795,13 +781,13 @@ def open_run(args: Args) -> Run:
         return run._replace(dirs=dirs)
     stamp = int(to_host(np.array([int(time.time())]))[0])  # process 0's
     names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
-    for seed, name in zip(seeds, names, strict=True):
+    dirs = [Path(args.output_dir) / name for name in names]
+    for seed, name, run_dir in zip(seeds, names, dirs, strict=True):
         record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
         if is_main_process():
-            (Path(args.output_dir) / name).mkdir(parents=True)
-            record["sizes"] = algo.sizes._asdict()
-            (Path(args.output_dir) / name / "args.json").write_text(json.dumps(record, indent=2))
-    return run._replace(dirs=[Path(args.output_dir) / name for name in names])
+            run_dir.mkdir(parents=True)
+            (run_dir / "args.json").write_text(json.dumps(record | {"sizes": algo.sizes._asdict()}, indent=2))
+    return run._replace(dirs=dirs)
 
 
 def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
@@ -809,7 +795,7 @@ def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state
     path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
     path.parent.mkdir(exist_ok=True)
     record = {"iterations": iterations_done, "state": state_of_seed}
-    path.with_name(path.name + ".tmp").write_bytes(flax.serialization.to_bytes(record))
+    path.with_name(path.name + ".tmp").write_bytes(to_bytes(record))
     os.replace(path.with_name(path.name + ".tmp"), path)
     for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
         old.unlink()
@@ -818,7 +804,7 @@ def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state
 def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
     """(iterations done, the state of one seed); ValueError when the file does not read as one."""
     try:
-        restored = flax.serialization.from_bytes({"iterations": 0, "state": template}, path.read_bytes())
+        restored = from_bytes({"iterations": 0, "state": template}, path.read_bytes())
     except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
         raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
@@ -837,9 +823,7 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
             return loaded[0][0], [state for _, state in loaded]
         except ValueError as error:
             errors.append(str(error))
-    raise ArgsError(
-        f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'there is none'}"
-    )
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'none found'}")
 
 
 # --- The compiled programs: init, one chunk, the evaluation ----------------------------------
@@ -848,9 +832,7 @@ pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slot
 seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 
-def seeds_program(
-    per_seed: Callable, inputs: tuple, in_axes: Any = 0, level: int | None = None, **jit: Any
-) -> Any:
+def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, in_axes: Any = 0, **jit: Any) -> Any:
     """jit(vmap(per_seed)) over the mesh's "seeds" axis, compiled at XLA level `level` (None: default)."""
     lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
@@ -864,7 +846,7 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
         keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
-        return seeds_program(run.algo.init, (keys,), level=RUNS_ONCE, out_shardings=shardings)(keys)
+        return seeds_program(run.algo.init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
 
@@ -885,33 +867,27 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
     start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
     jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
-    compiled = seeds_program(per_seed, (state, np.int32(0)), (0, None), level, **jit)
-    steps, on = run.iterations_per_chunk * run.algo.env_steps_per_iteration, f"on {run.mesh.size} device(s)"
-    if is_main_process():
-        where = f"{steps:,} env steps per seed, {len(run.seeds)} seed(s) {on}"
-        print(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s", flush=True)
+    compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), **jit)
+    steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    where = f"{steps:,} env steps per seed, {len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+    say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
     return compiled
 
 
-def compile_evaluate(run: Run, state: Any) -> Callable[[Any], EvalResult]:
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
     """state -> every seed's deterministic evaluation, leaves [slots, ...]."""
     key = jax.random.PRNGKey(EVAL_SEED)
     evaluate = lambda s: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
-    return seeds_program(evaluate, (state,), level=RUNS_ONCE)
+    return seeds_program(evaluate, (state,), RUNS_ONCE)
 
 
 # --- The driver: chunks, and the outputs written between them ----------------------------------
 def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
-    """The remaining chunks, from `done` iterations done. While one runs (JAX dispatches it), the driver
-    writes out the one before: non-finite check, logs, checkpoints, --eval-frequency, progress, and a
-    clean exit on a stop signal (the chunk in flight is then dropped: a resume runs it again)."""
-    algo, per_chunk, num_seeds = run.algo, run.iterations_per_chunk, len(run.seeds)
-    per_iteration, every = algo.env_steps_per_iteration, run.args.eval_frequency
-    total, at_start, tags = (
-        algo.num_iterations * per_iteration,
-        done * per_iteration,
-        algo.metric_tags.items(),
-    )
+    """The chunks from iteration `done`. While one runs, the driver writes out the one before (non-finite
+    check, logs, checkpoints, evaluations, progress), or exits on a stop signal (a resume reruns the next)."""
+    algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
+    per_iteration, tags, num_seeds = algo.env_steps_per_iteration, algo.metric_tags.items(), len(run.seeds)
+    total, at_start = algo.num_iterations * per_iteration, done * per_iteration
     loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
@@ -936,37 +912,31 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
             save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
         recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
-        if is_main_process():
-            latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
-            bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
-            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
-            evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
-            print(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s", flush=True)
+        latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
+        bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
+        line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
+        evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
+        say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
         if to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks:  # a signal to any process
             for logger in loggers:
                 logger.close()
-            if is_main_process():
-                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
-                print(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+            command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+            say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
     steps, seconds = total - at_start, time.perf_counter() - start
-    if is_main_process():
-        rate = f"{steps / seconds:,.0f} SPS per seed"
-        print(f"trained {steps:,} steps x {num_seeds} seed(s) in {seconds:.2f}s ({rate})")
+    rate = f"{steps / seconds:,.0f} SPS per seed"
+    say(f"trained {steps:,} steps x {num_seeds} seed(s) in {seconds:.2f}s ({rate})")
     return state, loggers
 
 
-class RunLogger:
-    """One run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb."""
-
-    def __init__(self, run_dir: Path, args: Args, resumed_at_step: int):
+class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
+    def __init__(self, run_dir: Path, args: Args, resume_step: int):
         self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
         if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
             lines = self.jsonl.read_text().splitlines(keepends=True)
-            kept = [x for x in lines if json.loads(x)["global_step"] <= resumed_at_step]
-            self.jsonl.write_text("".join(kept))
+            self.jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resume_step))
         # purge_step: TensorBoard hides the events written after the checkpoint, as above
-        self.writer = SummaryWriter(str(run_dir), purge_step=resumed_at_step + 1 if resumed_at_step else None)
+        self.writer = SummaryWriter(str(run_dir), purge_step=resume_step + 1 if resume_step else None)
         if args.track:  # the same wandb run after a resume, whatever the directory is called now
             import wandb
 
@@ -995,42 +965,36 @@ class RunLogger:
 
 
 # --- Evaluation and the outputs of a finished run ----------------------------------------------
-class EvalResult(NamedTuple):
-    returns: jax.Array  # [E] the return of each evaluation episode
-    lengths: jax.Array  # [E]
-    first_episode: Any  # gymnax EnvState [T_max]: episode 0's states, for the video
-
-
-class EvalCarry(NamedTuple):
+class Evaluation(NamedTuple):  # E evaluation episodes: the carry of their scan, then its result
     env_state: Any  # [E]
     obs: jax.Array  # [E, *obs_shape]
-    returns: jax.Array  # [E]
+    returns: jax.Array  # [E] the return of each episode
     lengths: jax.Array  # [E]
     running: jax.Array  # [E] bool: the episode has not ended yet
     key: jax.Array
     policy: Any  # act's carry (a recurrent policy's hidden state), or None
+    first_episode: Any = None  # gymnax EnvState [T_max]: episode 0's states, for the video (the result's)
 
 
-def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> EvalResult:
+def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> Evaluation:
     """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
     spec, (reset_key, key) = algo.env, jax.random.split(key)
     obs, env_state = reset_envs(spec, reset_key, num_episodes)
     zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
     running = jnp.ones(num_episodes, bool)
-    carry = EvalCarry(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy)
+    carry = Evaluation(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy)
 
-    def eval_step(c: EvalCarry, _: None) -> tuple[EvalCarry, Any]:
+    def eval_step(c: Evaluation, _: None) -> tuple[Evaluation, Any]:
         key, step_key = jax.random.split(c.key)
         action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
         out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
         running = c.running & ~(out.terminated | out.truncated)
         returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
-        return EvalCarry(out.state, out.obs, returns, lengths, running, key, policy), seed_slice(
-            c.env_state, 0
-        )
+        first_episode = seed_slice(c.env_state, 0)  # episode 0's state, for the video
+        return Evaluation(out.state, out.obs, returns, lengths, running, key, policy), first_episode
 
     carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
-    return EvalResult(carry.returns, carry.lengths, first_episode)
+    return carry._replace(first_episode=first_episode)
 
 
 def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
@@ -1054,12 +1018,11 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
         (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
         plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
         if models is not None:  # --save-model
-            model = flax.serialization.to_bytes(seed_slice(models, i))
-            (run_dir / f"{args.exp_name}.flax").write_bytes(model)
+            (run_dir / f"{args.exp_name}.flax").write_bytes(to_bytes(seed_slice(models, i)))
         if args.capture_video:
             write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
-        mean, std, episodes = summary["mean"], summary["std"], args.eval_episodes
-        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {episodes} episodes")
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
 
 def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
@@ -1067,7 +1030,7 @@ def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0)
     args = args_from_json(Path(run_dir) / "args.json")
     algo = make_algorithm(args)
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
-    model = flax.serialization.from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
     result = jax.jit(functools.partial(evaluate_episodes, algo, episodes))(model, jax.random.PRNGKey(seed))
     return eval_summary(result.returns, result.lengths)
 
@@ -1087,37 +1050,8 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
 
 
-def render_frames(algo: Algorithm, env_id: str, env_states: Any, length: int) -> list[np.ndarray]:
-    """RGB frames [H, W, 3] of states [T, ...]: MinAtar's grid coloured here, classic control by gymnasium."""
-    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), env_states) for t in range(length)]
-    if env_id.endswith("MinAtar"):
-        import matplotlib
-
-        palette = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
-        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
-        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
-        return [np.kron(palette[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen, and plays no sound
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    import gymnasium
-    from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
-
-    gym_env = gymnasium.make(env_id, render_mode="rgb_array")
-    gym_env.reset(seed=0)
-    set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
-    frames = []
-    for state in states:
-        gym_env.unwrapped.state = get_gym_state(state, env_id)
-        if env_id == "Pendulum-v1":  # the torque arrow
-            gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
-        frames.append(gym_env.render())
-    gym_env.close()
-    return frames
-
-
 def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
-    """videos/eval.gif of evaluation episode 0 (one palette for every frame: PIL would search one per
-    frame, seconds per video); videos/eval.html, Brax's viewer, for a Brax env."""
+    """videos/eval.gif of evaluation episode 0, or videos/eval.html (Brax's viewer) for a Brax env."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -1127,7 +1061,31 @@ def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summar
 
         states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
         return (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
-    frames = render_frames(algo, env_id, episode, length)
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), episode) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        colours = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
+        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        frames = [np.kron(colours[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    else:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen, and plays no sound
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        import gymnasium
+        from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+        gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+        gym_env.reset(seed=0)
+        set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
+        frames = []
+        for state in states:
+            gym_env.unwrapped.state = get_gym_state(state, env_id)
+            if env_id == "Pendulum-v1":  # the torque arrow
+                gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+            frames.append(gym_env.render())
+        gym_env.close()
+    # one palette for every frame: PIL would search one per frame, seconds per video
     sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
