@@ -5,6 +5,7 @@
     python -m benchmark --algos ppo --envs CartPole-v1 --seeds 2 --out bench
     python -m benchmark --quick --peers          + rejax and Stable-Baselines3, when installed
     python -m benchmark --full --results-doc     + write docs/results.md, the page to cite
+    python -m benchmark --from-results OUT/results.json --results-doc   the same from a saved run
     python -m benchmark --quick --eval-points 0  no evaluation curves (for throughput figures)
 
 The suite (scripts, envs, flags, budgets, thresholds) is benchmark/suite.toml. Each entry
@@ -25,8 +26,10 @@ imported from the scripts. Writes to --out:
 
 --docs writes the table into docs/benchmarks.md; --results-doc writes docs/results.md, a
 reference page (definitions, command, date, one table per script, the aggregates, the plots
-copied into docs/img/). `python -m benchmark.export RUN_DIRS` writes the runs' training
-curves as a CSV; `python -m benchmark.random_policy ENV_IDS` measures suite.toml's [random].
+copied into docs/img/). --from-results PATH runs nothing: it re-aggregates a saved
+results.json (every seed's raw scores and curves are in it) and writes the same outputs.
+`python -m benchmark.export RUN_DIRS` writes the runs' training curves as a CSV;
+`python -m benchmark.random_policy ENV_IDS` measures suite.toml's [random].
 
 Exit status 1 if any entry crashed, timed out, was missing or missed its threshold.
 
@@ -762,6 +765,8 @@ def write_results_doc(
         images[path.name] = f"img/results-{path.name}"
     machine = collections.defaultdict(lambda: "?", {**report["machine"], "preset": report["preset"]})
     lines = [RESULTS_INTRO.format_map(machine)]
+    if report.get("notes"):  # what the run's operator noted (--note), e.g. a machine shared for a while
+        lines += ["## Notes on this run", "", *(f"- {note}" for note in report["notes"]), ""]
     scripts = dict.fromkeys(Path(r["script"]).stem for r in report["entries"])
     for script in scripts:
         entries = [r for r in report["entries"] if Path(r["script"]).stem == script]
@@ -842,11 +847,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="write docs/results.md: the reference page (IQM and 95%% CI per entry, aggregates, plots)",
     )
+    parser.add_argument(
+        "--from-results",
+        type=Path,
+        help="run nothing: re-aggregate this saved results.json and write the tables, plots and docs",
+    )
+    parser.add_argument(
+        "--note", action="append", default=[], help="a note on the run for docs/results.md (repeatable)"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_results:  # the saved run's report, its machine and command included
+        report = json.loads(args.from_results.read_text())
+        report["notes"] = [*report.get("notes", []), *args.note]
+        out = args.out or args.from_results.parent
+        out.mkdir(parents=True, exist_ok=True)
+        return write_outputs(report, out, args)
     preset = "quick" if args.quick else "full"
     split = lambda s: s.split(",") if s else None
     suite = load_suite(args.suite)
@@ -855,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = args.out or ROOT / "benchmark" / "out" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": []}
+    report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": [], "notes": args.note}
     print(f"benchmark ({preset}): {len(entries)} entries -> {out}")
 
     for entry in entries:
@@ -872,7 +891,11 @@ def main(argv: list[str] | None = None) -> int:
         report["seed_scaling"] = seed_scaling(suite["seed_scaling"], args.quick, out)
     if args.peers and "peers" in suite:
         report["peers"] = run_peers(suite["peers"], args.quick, out)
+    return write_outputs(report, out, args)
 
+
+def write_outputs(report: dict[str, Any], out: Path, args: argparse.Namespace) -> int:
+    """The aggregates, plots, results.json/.md and the docs asked for; 1 if any entry failed."""
     report["aggregates"] = aggregates(report["entries"])
     plots = plot_curves(report["entries"], out)
     profile = plot_profile(report["entries"], out)
@@ -886,7 +909,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     failed = [f"{r['name']} {r['env']}: {r['status']}" for r in report["entries"] if r["status"] != "pass"]
     print("FAILED: " + "; ".join(failed) if failed else "all checks passed")
-    return 1 if failed or not entries else 0
+    return 1 if failed or not report["entries"] else 0
 
 
 if __name__ == "__main__":

@@ -307,6 +307,7 @@ def test_results_doc_has_a_table_per_script_the_aggregate_and_the_plots(tmp_path
         "machine": machine,
         "entries": entries,
         "aggregates": bench.aggregates(entries),
+        "notes": ["the machine was shared with the test suite for a while"],
     }
     plots = []
     for name in ("curves_CartPole-v1.png", "curves_Pendulum-v1.png", "profile.png"):
@@ -327,6 +328,7 @@ def test_results_doc_has_a_table_per_script_the_aggregate_and_the_plots(tmp_path
     for name in ("curves_CartPole-v1.png", "curves_Pendulum-v1.png", "profile.png"):
         assert (tmp_path / "docs" / "img" / f"results-{name}").is_file()
     assert "interquartile mean" in text and "stratified bootstrap" in text  # what the numbers are
+    assert "## Notes on this run\n\n- the machine was shared with the test suite for a while\n" in text
 
 
 def test_harness_runs_as_python_dash_m(tmp_path):
@@ -398,3 +400,29 @@ def test_rollout_share_times_the_rollout_and_the_whole_iteration():
     assert best, result.stdout
     rollout, whole = float(best.group(1)), float(best.group(2))
     assert 0 < rollout <= whole
+
+
+def test_from_results_rebuilds_the_tables_and_plots_of_a_saved_run_without_running(tmp_path):
+    """--from-results re-aggregates a saved results.json: no entry runs (there is no script to run
+    here), and the tables, the per-script aggregate and the curves come back from the raw scores."""
+    curve = ([1000, 2000, 3000], [10.0, 200.0, 480.0])
+    machine = {"command": "python -m benchmark --full", "date": "2026-11-25T10:00:00+00:00", "backend": "cpu"}
+    machine |= {"device_kind": "cpu", "cpu_count": 2, "jax": "0.10.2", "jaxlib": "0.10.2"}
+    entry = {
+        "script": "vibe_rl/ppo_jax_scan.py", "env": "CartPole-v1", "variant": "", "name": "ppo_jax_scan",
+        "total_timesteps": 3000, "seeds": 2, "threshold": 475.0, "threshold_source": "", "random_score": 22.8,
+        "below": False, "status": "pass", "note": "", "seed_eval_means": [500.0, 480.0], "eval_mean": 490.0,
+        "eval_std": 10.0, "iqm": 490.0, "iqm_ci95": [480.0, 500.0], "normalised_scores": [1.05, 1.01],
+        "normalised_iqm": 1.03, "wall_s": 12.0, "compile_s": 2.0, "env_steps_per_s": 1000.0,
+        "curves": [curve, curve], "eval_curves": [curve, curve],
+    }  # fmt: skip
+    saved = tmp_path / "saved" / "results.json"
+    saved.parent.mkdir()
+    saved.write_text(json.dumps({"preset": "full", "machine": machine, "entries": [entry]}))
+    out = tmp_path / "rebuilt"
+    assert bench.main(["--from-results", str(saved), "--out", str(out)]) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["entries"][0]["seed_eval_means"] == [500.0, 480.0]
+    assert report["aggregates"][0]["script"] == "ppo_jax_scan" and report["aggregates"][0]["runs"] == 2
+    assert "ppo_jax_scan" in (out / "results.md").read_text()
+    assert (out / "curves_CartPole-v1.png").stat().st_size > 1000 and (out / "profile.png").is_file()
