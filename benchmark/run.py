@@ -850,7 +850,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--from-results",
         type=Path,
-        help="run nothing: re-aggregate this saved results.json and write the tables, plots and docs",
+        nargs="+",
+        help="run nothing: re-aggregate saved results.json files (their entries, filtered by --algos and "
+        "--envs, in one report) and write the tables, plots and docs",
     )
     parser.add_argument(
         "--note", action="append", default=[], help="a note on the run for docs/results.md (repeatable)"
@@ -860,14 +862,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.from_results:  # the saved run's report, its machine and command included
-        report = json.loads(args.from_results.read_text())
-        report["notes"] = [*report.get("notes", []), *args.note]
-        out = args.out or args.from_results.parent
+    split = lambda s: s.split(",") if s else None
+    if args.from_results:  # the first saved run's report (its machine, command and date) and every entry
+        reports = [json.loads(path.read_text()) for path in args.from_results]
+        stem = lambda r: Path(r["script"]).stem
+        algos, envs = split(args.algos), split(args.envs)
+        report = {**reports[0], "notes": [n for r in reports for n in r.get("notes", [])] + args.note}
+        report["entries"] = [
+            r
+            for saved in reports
+            for r in saved["entries"]
+            if (not algos or any(stem(r) == a or stem(r).startswith(a + "_") for a in algos))
+            and (not envs or r["env"] in envs)
+        ]
+        for saved in reports[1:]:  # say where the other entries come from
+            report["notes"].append(
+                f"Entries also from `{saved['machine']['command']}`, {saved['machine']['date']}."
+            )
+        out = args.out or args.from_results[0].parent
         out.mkdir(parents=True, exist_ok=True)
         return write_outputs(report, out, args)
     preset = "quick" if args.quick else "full"
-    split = lambda s: s.split(",") if s else None
     suite = load_suite(args.suite)
     entries = select_entries(
         suite, args.quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points

@@ -420,6 +420,16 @@ def test_from_results_rebuilds_the_tables_and_plots_of_a_saved_run_without_runni
     saved.parent.mkdir()
     saved.write_text(json.dumps({"preset": "full", "machine": machine, "entries": [entry]}))
     out = tmp_path / "rebuilt"
+    other = tmp_path / "other" / "results.json"  # a second saved run: its entries join, --algos filters
+    other.parent.mkdir()
+    dqn = entry | {"script": "vibe_rl/dqn_jax.py", "name": "dqn_jax"}
+    other.write_text(
+        json.dumps({"preset": "full", "machine": machine | {"command": "second"}, "entries": [dqn]})
+    )
+    assert (
+        bench.main(["--from-results", str(saved), str(other), "--algos", "dqn", "--out", str(tmp_path)]) == 0
+    )
+    assert [r["name"] for r in json.loads((tmp_path / "results.json").read_text())["entries"]] == ["dqn_jax"]
     assert bench.main(["--from-results", str(saved), "--out", str(out)]) == 0
     report = json.loads((out / "results.json").read_text())
     assert report["entries"][0]["seed_eval_means"] == [500.0, 480.0]
