@@ -708,8 +708,9 @@ def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Pat
 RESULTS_INTRO = """\
 # Results
 
-Written by `python -m benchmark --results-doc` (benchmark/run.py, `write_results_doc`) from one
-run of the suite, benchmark/suite.toml: regenerate it, do not edit it by hand.
+Written by `python -m benchmark --results-doc` (benchmark/run.py, `write_results_doc`) from runs
+of the suite, benchmark/suite.toml (the first run's command and date below; any other run's in
+the notes, `--from-results`): regenerate it, do not edit it by hand.
 
 **Measured:** {date} with `{command}` ({preset} preset), on {device_kind} ({backend}, {cpu_count}
 CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.
