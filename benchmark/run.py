@@ -137,6 +137,15 @@ def load_suite(path: Path = SUITE) -> dict[str, Any]:
     return suite
 
 
+def selected(entry: dict[str, Any], algos: list[str] | None, envs: list[str] | None) -> bool:
+    """Whether a suite entry (or a saved result: both have "script" and "env") is in --algos / --envs.
+    An algo matches a script's stem or its prefix up to "_" ("ppo" selects ppo_jax_scan and ppo_multigpu)."""
+    stem = Path(entry["script"]).stem
+    return (not algos or any(stem == a or stem.startswith(a + "_") for a in algos)) and (
+        not envs or entry["env"] in envs
+    )
+
+
 def select_entries(
     suite: dict[str, Any],
     quick: bool,
@@ -152,18 +161,14 @@ def select_entries(
     (and seeds, timeout, eval_points) over the full ones; [defaults] gives seeds, timeout and
     eval_points otherwise; seeds, timeout and eval_points given here override all. A quick
     threshold's source is "quick smoke threshold".
-    An algo matches a script's stem or its prefix up to "_" ("ppo" selects ppo_jax_scan
-    and ppo_multigpu).
+    `selected` says which entries --algos / --envs keep.
     """
     defaults = suite.get("defaults", {})
     entries = []
     for raw in suite["entry"]:
         if quick and "quick" not in raw:
             continue
-        stem = Path(raw["script"]).stem
-        if algos and not any(stem == a or stem.startswith(a + "_") for a in algos):
-            continue
-        if envs and raw["env"] not in envs:
+        if not selected(raw, algos, envs):
             continue
         over = raw.get("quick", {}) if quick else {}
         prefix = "quick_" if quick else ""
@@ -866,16 +871,9 @@ def main(argv: list[str] | None = None) -> int:
     split = lambda s: s.split(",") if s else None
     if args.from_results:  # the first saved run's report (its machine, command and date) and every entry
         reports = [json.loads(path.read_text()) for path in args.from_results]
-        stem = lambda r: Path(r["script"]).stem
         algos, envs = split(args.algos), split(args.envs)
         report = {**reports[0], "notes": [n for r in reports for n in r.get("notes", [])] + args.note}
-        report["entries"] = [
-            r
-            for saved in reports
-            for r in saved["entries"]
-            if (not algos or any(stem(r) == a or stem(r).startswith(a + "_") for a in algos))
-            and (not envs or r["env"] in envs)
-        ]
+        report["entries"] = [r for saved in reports for r in saved["entries"] if selected(r, algos, envs)]
         for saved in reports[1:]:  # say where the other entries come from
             report["notes"].append(
                 f"Entries also from `{saved['machine']['command']}`, {saved['machine']['date']}."
