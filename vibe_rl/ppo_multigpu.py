@@ -828,6 +828,7 @@ from flax.serialization import from_bytes, to_bytes
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from tensorboardX import SummaryWriter
+from tensorboardX.proto.summary_pb2 import Summary
 
 
 # --- Environments: gymnax's API for every env, Brax's included ---------------------------------
@@ -971,8 +972,7 @@ EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every
 RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
 
 
-class ArgsError(ValueError):
-    """A bad command-line value: reported in one line, exit status 2, before anything compiles."""
+class ArgsError(ValueError): ...  # a bad flag's value: reported in one line, exit status 2, before compiling
 
 
 def require(condition: Any, message: str) -> None:  # every check of a flag raises ArgsError through it
@@ -987,7 +987,6 @@ def require_positive(args: Args, *names: str, at_least: int = 1) -> None:
 
 
 class Deferred(types.ModuleType):  # in sys.modules for a module: imports it when an attribute is read
-    # (not importlib.util.LazyLoader: the import system reads a module's __spec__, which loads it)
     def __getattr__(self, name: str) -> Any:
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
@@ -1258,11 +1257,13 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
         with open(self.jsonl, "a") as jsonl:
             for step, values in rows:
                 values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
-                for tag, value in values.items():
-                    self.writer.add_scalar(tag, value, step)
-                if values:
-                    jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
-                if values and self.wandb_run is not None:
+                if not values:
+                    continue
+                # one event for all the point's tags (add_scalar: one per tag, 5x slower)
+                scalars = [Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()]
+                self.writer.file_writer.add_summary(Summary(value=scalars), step)
+                jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
+                if self.wandb_run is not None:
                     self.wandb_run.log({**values, "global_step": step})
         self.writer.flush()
 
