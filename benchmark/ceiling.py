@@ -32,7 +32,13 @@ def best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
 
 def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[[jax.Array], jax.Array]:
     """A jitted function key -> summed reward of num_steps x num_envs random-action steps."""
-    env, env_params = gymnax.make(env_id)
+    if env_id.startswith("brax/"):  # the scripts' own adapter (vibe_rl's harness)
+        from vibe_rl.ppo_jax_scan import make_env
+
+        spec = make_env(env_id)
+        env, env_params = spec.env, spec.params
+    else:
+        env, env_params = gymnax.make(env_id)
     action_space = env.action_space(env_params)
     if isinstance(action_space, gymnax.environments.spaces.Discrete):
 
