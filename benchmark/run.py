@@ -429,6 +429,8 @@ def machine_info() -> dict[str, Any]:
 def ceiling(env_id: str, num_envs: int) -> float | None:
     """benchmark/ceiling.py's random-action env steps/s, in a subprocess."""
     command = [sys.executable, "-m", "benchmark.ceiling", "--env-id", env_id, "--num-envs", str(num_envs)]
+    if env_id.startswith("brax/"):  # a physics step costs ~100x a CartPole step: one episode's length
+        command += ["--num-steps", "1000"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     found = re.search(r"([0-9,]+) env steps/s", done.stdout)
     return float(found.group(1).replace(",", "")) if done.returncode == 0 and found else None
