@@ -97,6 +97,14 @@ say() { echo "$*" | tee -a "$LOG"; }
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
 want() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
+# install_wheels TARGET WHEEL...: the carried wheels, as they are (no index, no dependencies)
+install_wheels() {
+    local target=$1
+    shift
+    timeout 180 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$target" "$@" 2>&1 | tee -a "$LOG"
+}
+
 # run_step ID NAME TIMEOUT ours|peers|plain COMMAND...
 run_step() {
     local id=$1 name=$2 limit=$(($3 * SCALE)) kind=$4
@@ -169,19 +177,16 @@ if want a; then
     timeout 60 "$PY" -m pip list 2>/dev/null | grep -i -E '^(jax|jaxlib|jax-cuda.*|flax|optax|chex|numpy|scipy|typing.extensions|orbax-checkpoint|ml.dtypes|protobuf|etils|absl-py|matplotlib|seaborn|pillow) ' | tee -a "$LOG"
     if [ "$INSTALL" = 1 ]; then
         say "--- installing .whl/*.whl into $SITE and .whl-peers/*.whl into $PEERS_SITE"
-        timeout 180 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target "$SITE" .whl/*.whl 2>&1 | tee -a "$LOG"
+        install_wheels "$SITE" .whl/*.whl
         if compgen -G ".whl-peers/*.whl" >/dev/null; then
-            timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-                --target "$PEERS_SITE" .whl-peers/*.whl 2>&1 | tee -a "$LOG"
+            install_wheels "$PEERS_SITE" .whl-peers/*.whl
         fi
         say "installed: $(cd "$SITE" && ls -d *.dist-info | sed 's/\.dist-info$//' | tr '\n' ' ')"
         say "installed (peers): $(cd "$PEERS_SITE" 2>/dev/null && ls -d *.dist-info | sed 's/\.dist-info$//' | tr '\n' ' ')"
         # tyro -> typeguard needs typing_extensions >= 4.14; carried only as a fallback
         if ! PYTHONPATH=$OURS_PATH timeout 60 "$PY" -c 'import tyro' >>"$LOG" 2>&1 && compgen -G ".whl/fallback/*.whl" >/dev/null; then
             say "--- import tyro failed: installing .whl/fallback/*.whl too"
-            timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-                --target "$SITE" .whl/fallback/*.whl 2>&1 | tee -a "$LOG"
+            install_wheels "$SITE" .whl/fallback/*.whl
         fi
     else
         say "--- no wheel install (GPU_SMOKE=$SMOKE, .whl/*.whl $(compgen -G '.whl/*.whl' >/dev/null && echo present || echo absent))"
