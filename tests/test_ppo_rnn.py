@@ -6,6 +6,7 @@ is in test_contract.py."""
 
 from __future__ import annotations
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,6 +56,41 @@ def test_hidden_state_resets_exactly_at_episode_starts():
     fresh = rnn.agent_step(setup, params, jnp.ones((1, 6)), obs[3, :1], jnp.ones(1, bool))[0]
     np.testing.assert_allclose(hidden_a[3, 0], fresh[0], atol=1e-6)
     assert not np.allclose(hidden_a[4, 0], fresh[0])  # and carries its memory on after
+
+
+def test_gru_is_flax_gru_cell_stepped_with_resets():
+    """The fused GRU against flax's GRUCell (the same parameters, split per gate) stepped one step
+    at a time with the reset [RNN-1]: the same hidden states; and its initialisation is GRUCell's
+    (orthogonal [H, H] blocks, one per gate, a lecun-normal input kernel, zero biases)."""
+    H, D, T, N = 5, 3, 6, 2
+    x = jax.random.normal(jax.random.PRNGKey(0), (T, N, D))
+    starts = jnp.array([[1, 0], [0, 0], [0, 1], [1, 0], [0, 0], [0, 0]], bool)  # [T, N]
+    h0 = jax.random.normal(jax.random.PRNGKey(1), (N, H))
+    gru = rnn.GRU(H)
+    params = gru.init(jax.random.PRNGKey(2), h0, x, starts)["params"]
+    hiddens = gru.apply({"params": params}, h0, x, starts)  # [T, N, H]
+
+    kernel_x, bias_x = params["Dense_0"]["kernel"], params["Dense_0"]["bias"]  # [D, 3H], [3H]
+    gates = ("r", "z", "n")
+    cell = {f"i{g}": {"kernel": kernel_x[:, i * H : (i + 1) * H], "bias": bias_x[i * H : (i + 1) * H]}
+            for i, g in enumerate(gates)}  # fmt: skip
+    cell |= {
+        f"h{g}": {"kernel": params["hidden_kernel"][:, i * H : (i + 1) * H]} for i, g in enumerate(gates)
+    }
+    cell["hn"]["bias"] = params["candidate_bias"]
+    h, expected = h0, []
+    for t in range(T):
+        h = jnp.where(starts[t, :, None], 0.0, h)
+        h, _ = nn.GRUCell(H).apply({"params": cell}, h, x[t])
+        expected.append(h)
+    np.testing.assert_allclose(hiddens, jnp.stack(expected), atol=1e-5)
+
+    reference = nn.GRUCell(H).init(jax.random.PRNGKey(3), h0, x[0])["params"]  # same shapes per gate
+    assert jax.tree.map(jnp.shape, cell) == jax.tree.map(jnp.shape, reference)
+    for i in range(3):  # each gate's recurrent block is orthogonal, as GRUCell's
+        block = np.asarray(params["hidden_kernel"][:, i * H : (i + 1) * H])
+        np.testing.assert_allclose(block.T @ block, np.eye(H), atol=1e-5)
+    assert not np.any(bias_x) and not np.any(params["candidate_bias"])
 
 
 def test_rollout_marks_the_step_after_an_episode_end_as_a_start():

@@ -3,12 +3,13 @@
 Algorithm: PPO (Schulman et al. 2017, arXiv:1707.06347) with the implementation details of
 Huang et al. 2022 ("The 37 Implementation Details of PPO"; its LSTM detail is the model here),
 and a recurrent core in the manner of PureJaxRL's ppo_rnn.py (Lu et al. 2022): an embedding,
-flax's GRUCell, then a policy head and a value head. A recurrent PPO is wrong in four places
-where a feed-forward one cannot be, tagged `# [RNN-1]` to `# [RNN-4]`: the hidden state's reset
-at every episode start; the update re-running the core from the rollout's stored initial state;
-minibatches of whole env sequences; the bootstrap value at a time limit. The PPO details keep
-ppo_jax_scan.py's tags `[PPO-n]`. docs/ppo_rnn_jax.md explains all of them. Discrete actions get
-a Categorical policy; continuous actions a diagonal Gaussian with a state-independent log-std.
+a GRU (flax's GRUCell written out), then a policy head and a value head. A recurrent PPO is wrong
+in four places where a feed-forward one cannot be, tagged `# [RNN-1]` to `# [RNN-4]`: the hidden
+state's reset at every episode start; the update re-running the core from the rollout's stored
+initial state; minibatches of whole env sequences; the bootstrap value at a time limit. The PPO
+details keep ppo_jax_scan.py's tags `[PPO-n]`. docs/ppo_rnn_jax.md explains all of them. Discrete
+actions get a Categorical policy; continuous actions a diagonal Gaussian with a state-independent
+log-std.
 
 Run `python vibe_rl/ppo_rnn_jax.py --env-id CartPole-v1 --mask-velocity` (CartPole without its
 velocities). It writes runs/{env_id}__{exp_name}__{seed}__{unix_time}/: args.json, TensorBoard
@@ -140,17 +141,38 @@ def dense(width: int, gain: float) -> nn.Dense:
     return nn.Dense(width, kernel_init=orthogonal(gain), bias_init=constant(0.0))
 
 
-class GRUStep(nn.Module):
-    """One step of the core: (hidden [..., H], (x [..., H], episode_start [...])) -> (hidden, hidden)."""
+class GRU(nn.Module):
+    """flax's GRUCell (Cho et al. 2014) over a sequence: (hidden [..., H] before it, x [T, ..., H],
+    episode_start [T, ...]) -> hidden states [T, ..., H]. Its parameters, initialisation and math
+    are GRUCell's; what reads x alone, the three gates' input projections, runs for all T steps
+    at once (as cuDNN's GRU does), so the step by step part is one [H, 3H] product and the gates."""
 
     hidden_size: int
 
     @nn.compact
-    def __call__(self, hidden: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        x, episode_start = inputs
-        # [RNN-1] an episode starts from the initial hidden state (zeros), never from the last one's
-        hidden = jnp.where(episode_start[..., None], 0.0, hidden)
-        return nn.GRUCell(self.hidden_size)(hidden, x)  # flax's defaults: lecun / orthogonal init
+    def __call__(self, hidden: jax.Array, x: jax.Array, episode_start: jax.Array) -> jax.Array:
+        H = self.hidden_size
+        # the reset, update and candidate gates side by side: [..., 3H]
+        from_x = nn.Dense(3 * H)(x)  # [T, ..., 3H] GRUCell's input init: lecun normal, zero bias
+        orthogonal_each = lambda key, shape, dtype=jnp.float32: jnp.concatenate(  # GRUCell's: one per gate
+            [orthogonal()(k, (H, H), dtype) for k in jax.random.split(key, 3)], axis=-1
+        )
+        hidden_kernel = self.param("hidden_kernel", orthogonal_each, (H, 3 * H))  # no bias, but:
+        candidate_bias = self.param("candidate_bias", constant(0.0), (H,))  # the candidate's, inside r *
+
+        def step(h: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            x_gates, start = inputs  # [..., 3H], [...]
+            # [RNN-1] an episode starts from the initial hidden state (zeros), never from the last one's
+            h = jnp.where(start[..., None], 0.0, h)
+            h_reset, h_update, h_candidate = jnp.split(h @ hidden_kernel, 3, axis=-1)  # [..., H] each
+            x_reset, x_update, x_candidate = jnp.split(x_gates, 3, axis=-1)
+            r = nn.sigmoid(x_reset + h_reset)
+            z = nn.sigmoid(x_update + h_update)
+            n = jnp.tanh(x_candidate + r * (h_candidate + candidate_bias))
+            h = (1.0 - z) * n + z * h
+            return h, h
+
+        return jax.lax.scan(step, hidden, (from_x, episode_start))[1]
 
 
 class RecurrentAgent(nn.Module):
@@ -170,9 +192,7 @@ class RecurrentAgent(nn.Module):
         self, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         x = nn.tanh(dense(self.hidden_size, np.sqrt(2))(obs))  # [T, ..., H] the embedding
-        # the GRU scanned over time (axis 0), every step with the same parameters
-        gru = nn.scan(GRUStep, variable_broadcast="params", split_rngs={"params": False})
-        _, hiddens = gru(self.hidden_size)(hidden, (x, episode_start))  # [T, ..., H]
+        hiddens = GRU(self.hidden_size)(hidden, x, episode_start)  # [T, ..., H] step by step
         actor = nn.tanh(dense(self.hidden_size, np.sqrt(2))(hiddens))
         out = dense(self.spec.action_dim, 0.01)(actor)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
         critic = nn.tanh(dense(self.hidden_size, np.sqrt(2))(hiddens))
@@ -948,9 +968,9 @@ def start_jax(args: Args) -> None:
     for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
             sys.modules[name] = Deferred(name)
-    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk, all of them
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
@@ -1097,15 +1117,18 @@ def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, in_axes:
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
     """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh."""
-    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-    specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
-    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
-    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    by_seed = shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by seed
+    if run.algo.state_specs:  # the seed axis, then each leaf's spec (from the state's shapes: init traced)
+        specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
+        seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
+        shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
         keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
         return seeds_program(run.algo.init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
-    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
+    leaf_shardings = jax.tree.map(lambda _: by_seed, host) if shardings is by_seed else shardings
+    put = lambda x, sharding: jax.make_array_from_callback(x.shape, sharding, x.__getitem__)
+    return jax.tree.map(put, host, leaf_shardings)
 
 
 def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
