@@ -690,9 +690,9 @@ def start_jax(args: Args) -> None:
     for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
             sys.modules[name] = Deferred(name)
-    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk, all of them
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
@@ -839,15 +839,18 @@ def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, in_axes:
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
     """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh."""
-    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-    specs = run.algo.state_specs(template) if run.algo.state_specs else jax.tree.map(lambda _: P(), template)
-    seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))  # the seed axis, then the specs
-    shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    by_seed = shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by seed
+    if run.algo.state_specs:  # the seed axis, then each leaf's spec (from the state's shapes: init traced)
+        specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
+        seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
+        shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is None:
         keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
         return seeds_program(run.algo.init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
-    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, shardings)
+    leaf_shardings = jax.tree.map(lambda _: by_seed, host) if shardings is by_seed else shardings
+    put = lambda x, sharding: jax.make_array_from_callback(x.shape, sharding, x.__getitem__)
+    return jax.tree.map(put, host, leaf_shardings)
 
 
 def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
