@@ -919,7 +919,7 @@ def write_outputs(report: dict[str, Any], out: Path, args: argparse.Namespace) -
     (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "results.md").write_text(table)
     if args.docs:
-        update_docs(report, table, plots)
+        update_docs(report, markdown({**report, "aggregates": None}), plots)  # per script: docs/results.md
     if args.results_doc:
         write_results_doc(report, plots, profile)
     print(table)
