@@ -71,12 +71,11 @@ def test_gru_is_flax_gru_cell_stepped_with_resets():
     hiddens = gru.apply({"params": params}, h0, x, starts)  # [T, N, H]
 
     kernel_x, bias_x = params["Dense_0"]["kernel"], params["Dense_0"]["bias"]  # [D, 3H], [3H]
-    gates = ("r", "z", "n")
-    cell = {f"i{g}": {"kernel": kernel_x[:, i * H : (i + 1) * H], "bias": bias_x[i * H : (i + 1) * H]}
-            for i, g in enumerate(gates)}  # fmt: skip
-    cell |= {
-        f"h{g}": {"kernel": params["hidden_kernel"][:, i * H : (i + 1) * H]} for i, g in enumerate(gates)
-    }
+    gate = lambda a, i: a[..., i * H : (i + 1) * H]  # gate i's block of a [..., 3H] array
+    cell = {}  # GRUCell's parameters: ir, iz, in (kernel, bias) and hr, hz, hn (kernel; hn's bias)
+    for i, g in enumerate(("r", "z", "n")):
+        cell[f"i{g}"] = {"kernel": gate(kernel_x, i), "bias": gate(bias_x, i)}
+        cell[f"h{g}"] = {"kernel": gate(params["hidden_kernel"], i)}
     cell["hn"]["bias"] = params["candidate_bias"]
     h, expected = h0, []
     for t in range(T):
@@ -88,7 +87,7 @@ def test_gru_is_flax_gru_cell_stepped_with_resets():
     reference = nn.GRUCell(H).init(jax.random.PRNGKey(3), h0, x[0])["params"]  # same shapes per gate
     assert jax.tree.map(jnp.shape, cell) == jax.tree.map(jnp.shape, reference)
     for i in range(3):  # each gate's recurrent block is orthogonal, as GRUCell's
-        block = np.asarray(params["hidden_kernel"][:, i * H : (i + 1) * H])
+        block = np.asarray(gate(params["hidden_kernel"], i))
         np.testing.assert_allclose(block.T @ block, np.eye(H), atol=1e-5)
     assert not np.any(bias_x) and not np.any(params["candidate_bias"])
 
