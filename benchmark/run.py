@@ -159,8 +159,9 @@ def select_entries(
 
     --quick keeps the entries with a `quick` table and applies its budget, threshold, flags
     (and seeds, timeout, eval_points) over the full ones; [defaults] gives seeds, timeout and
-    eval_points otherwise; seeds, timeout and eval_points given here override all. A quick
-    threshold's source is "quick smoke threshold".
+    eval_points otherwise; seeds, timeout and eval_points given here override all. An entry's
+    own `seeds` is the full preset's (what a seed costs at the full budget): --quick takes its
+    table's, else quick_seeds. A quick threshold's source is "quick smoke threshold".
     `selected` says which entries --algos / --envs keep.
     """
     defaults = suite.get("defaults", {})
@@ -174,13 +175,15 @@ def select_entries(
         prefix = "quick_" if quick else ""
         source = "quick smoke threshold, not a reference" if "threshold" in over else ""
         points = over.get("eval_points", raw.get("eval_points", defaults.get("eval_points", 20)))
+        # an entry's own seeds are the full preset's (what a seed costs at the full budget)
+        own_seeds = defaults.get("quick_seeds", 1) if quick else raw.get("seeds", defaults.get("seeds", 1))
         entries.append(
             Entry(
                 script=raw["script"],
                 env=raw["env"],
                 total_timesteps=over.get("total_timesteps", raw["total_timesteps"]),
                 threshold=over.get("threshold", raw["threshold"]),
-                seeds=seeds or over.get("seeds", raw.get("seeds", defaults.get(prefix + "seeds", 1))),
+                seeds=seeds or over.get("seeds", own_seeds),
                 timeout=timeout
                 or over.get("timeout", raw.get("timeout", defaults.get(prefix + "timeout", 3600))),
                 flags={**raw.get("flags", {}), **over.get("flags", {})},

@@ -111,6 +111,11 @@ def test_every_env_has_a_random_score_and_every_threshold_a_source():
     assert masked.variant == "masked" and masked.below  # the feed-forward contrast to ppo_rnn_jax
     (quick,) = bench.select_entries(suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
     assert quick.threshold_source.startswith("quick smoke threshold")
+    # an entry's own seeds (3 where a seed costs over 5 minutes) are the full preset's, not --quick's
+    (full,) = bench.select_entries(suite, quick=False, algos=["td3_jax"], envs=["Pendulum-v1"])
+    (quick,) = bench.select_entries(suite, quick=True, algos=["td3_jax"], envs=["Pendulum-v1"])
+    assert (full.seeds, quick.seeds) == (3, suite["defaults"]["quick_seeds"])
+    assert all(e.seeds == 5 for e in bench.select_entries(suite, quick=False, envs=["CartPole-v1"]))
 
 
 def test_select_entries_filters_and_overrides():
