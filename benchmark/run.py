@@ -175,7 +175,6 @@ def select_entries(
         prefix = "quick_" if quick else ""
         source = "quick smoke threshold, not a reference" if "threshold" in over else ""
         points = over.get("eval_points", raw.get("eval_points", defaults.get("eval_points", 20)))
-        # an entry's own seeds are the full preset's (what a seed costs at the full budget)
         own_seeds = defaults.get("quick_seeds", 1) if quick else raw.get("seeds", defaults.get("seeds", 1))
         entries.append(
             Entry(
