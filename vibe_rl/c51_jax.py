@@ -854,11 +854,17 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
 
 
 def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
-    """per_chunk iterations of one seed from iteration `first`; those past the end (last chunk) are
-    skipped, their metrics NaN. first is not batched over seeds, so the skip stays a real branch."""
-    metrics = jax.eval_shape(algo.iteration, state, first)[1]
-    skip = lambda s, index: (s, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics))
-    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, algo.iteration, skip, s, index)
+    """per_chunk iterations of one seed from iteration `first`, their logged metrics [per_chunk] each; those
+    past the end (last chunk) are skipped, their metrics NaN. first is not batched over seeds, so the skip
+    stays a real branch. Logged is known without tracing the iteration twice (eval_shape would)."""
+    Logged = NamedTuple("Logged", [(name, jax.Array) for name in algo.metric_tags])  # each float32 []
+
+    def run(s: Any, index: jax.Array) -> tuple[Any, Any]:
+        s, metrics = algo.iteration(s, index)
+        return s, Logged(*(jnp.asarray(getattr(metrics, name), jnp.float32) for name in Logged._fields))
+
+    skip = lambda s, index: (s, Logged(*[jnp.float32(jnp.nan)] * len(Logged._fields)))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, run, skip, s, index)
     return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
 
 
