@@ -793,7 +793,7 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     env_steps_per_iteration: int  # env steps of one iteration, per seed
     init: Callable[[jax.Array], Any]  # key -> the state of one seed
     iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
-    metric_tags: dict[str, str]  # metrics field -> TensorBoard tag (episodic_return among them)
+    metric_tags: dict[str, str]  # metrics field (a scalar per iteration) -> tag; episodic_return among them
     model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
     act: Callable[..., Any]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]; with act_init, below
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
