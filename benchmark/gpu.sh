@@ -14,16 +14,20 @@
 # own target) and .peers/purejaxrl/ (PureJaxRL's ppo.py and wrappers.py). Without .whl/ (or
 # with GPU_SMOKE=1) nothing is installed and PYTHON's own packages are used.
 #
-# Steps, run in this order: a, b, c, h, d, f, e, i, g (GPU_STEPS=a,b,... picks some; default all):
+# Steps, run in this order: a, e, i, k, c, h, b, d, f, g (GPU_STEPS=a,b,... picks some; default all):
 #   a  device check, wheel install, import check
+#   e  pqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 500k steps
+#   i  dqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 200k steps
+#   k  ppo_jax_scan Breakout-MinAtar, the suite's CNN config, 10M steps, 3 seeds, evaluated every 2M
+#   c  ppo_jax_scan vs PureJaxRL ppo.py, CartPole-v1, 2048 / 8192 / 4 envs (GPU_C_ENVS; interleaved)
+#   h  ppo_jax_scan brax/hopper at Brax's published PPO config (2048 envs x 160 steps per update),
+#      then Brax's own ppo.train at that config and budget (benchmark/peers/brax_train.py)
 #   b  raw gymnax ceiling, CartPole-v1, 4 / 2048 / 8192 envs
-#   c  ppo_jax_scan vs PureJaxRL ppo.py, CartPole-v1, 4 / 2048 / 8192 envs (interleaved)
 #   d  seeds in one program (--num-seeds 8, 64; 1 is step c's 4-env pair), ours and PureJaxRL's
-#   e  pqn_jax Breakout-MinAtar, the suite's config, to its final evaluation
 #   f  sac_jax and td3_jax, Pendulum-v1, the suite's config
 #   g  ppo_multigpu (replicated, then --fsdp) at 2048 envs, step c's 2048-env config, one GPU
-#   h  ppo_jax_scan brax/hopper at Brax's published PPO config (2048 envs, 1024-unroll minibatches)
-#   i  dqn_jax Breakout-MinAtar, the suite's config, a shorter budget (steps/s only)
+# The Breakout steps (e, i, k) give the wall time to the suite's bar: the progress lines with an
+# evaluation are kept in summary.txt, each with the seconds since training began.
 #
 # Every step runs under its own `timeout`; a step whose timeout does not fit in what is left of
 # GPU_DEADLINE_S (default 540 s from the start) is skipped ("skipped: deadline"). The output
@@ -39,7 +43,7 @@ mkdir -p "$OUT"
 SMOKE=${GPU_SMOKE:-0}
 DEADLINE=${GPU_DEADLINE_S:-540}
 [ "$SMOKE" = 1 ] && DEADLINE=${GPU_DEADLINE_S:-3600}
-STEPS=${GPU_STEPS:-a,b,c,d,e,f,g,h,i}
+STEPS=${GPU_STEPS:-a,b,c,d,e,f,g,h,i,k}
 PY=${PYTHON:-python3}
 PEERS_PY=${PEERS_PYTHON:-$PY}
 RUNS=${GPU_RUNS_DIR:-/tmp/runs}
@@ -77,8 +81,10 @@ if [ "$SMOKE" = 1 ]; then
     CEIL_STEPS=50
     T4=1024; T2048=262144; T8192=1048576      # 2 iterations at 4 envs, 1 at 2048 and 8192
     TSEEDS=512
-    TPQN=2048; TSAC=6000; TDQN=16000
-    BRAX_ENVS=64; TBRAX=20480                 # 64 envs x 320 steps, one iteration
+    TPQN=2048; TSAC=6000; TDQN=16000; TCNN=16384
+    EPQN=1024; EDQN=8000; ECNN=8192           # an evaluation every half of the budget
+    BRAX_ENVS=64; TBRAX=20480                 # 64 envs x 160 steps, two iterations
+    BRAX_OWN=(--batch-size 32 --num-minibatches 4)  # Brax's: 8 training steps of 64 envs x 40
     SCALE=${GPU_TIMEOUT_SCALE:-6}             # timeouts x6: the 2-core CPU compiles slowly
 else
     CEIL_STEPS=20000                          # benchmark.ceiling's default
@@ -86,10 +92,12 @@ else
     T2048=${GPU_T2048:-16777216}              # 64 iterations of 2048 x 128
     T8192=${GPU_T8192:-33554432}              # 32 iterations of 8192 x 128
     TSEEDS=250000
-    TPQN=3500000                              # the suite's Breakout-MinAtar budget
+    TPQN=3500000; EPQN=500000                 # the suite's Breakout-MinAtar budget; evaluations
     TSAC=20000                                # the suite's Pendulum-v1 50k cut to a steps/s measurement
-    TDQN=${GPU_TDQN:-200000}                  # the suite's 1.2M cut to a steps/s measurement
-    BRAX_ENVS=2048; TBRAX=${GPU_TBRAX:-2621440}   # 4 iterations of Brax's hopper config, 2048 x 320
+    TDQN=${GPU_TDQN:-1200000}; EDQN=200000    # the suite's Breakout-MinAtar budget
+    TCNN=${GPU_TCNN:-10000000}; ECNN=2000000  # the suite's PPO Breakout-MinAtar budget
+    BRAX_ENVS=2048; TBRAX=${GPU_TBRAX:-2621440}   # 8 iterations of Brax's hopper config, 2048 x 160
+    BRAX_OWN=()                               # brax_train.py's hopper config as it is
     SCALE=${GPU_TIMEOUT_SCALE:-1}
 fi
 
@@ -155,6 +163,7 @@ summarize() {
         }
         /^final training return/ { f++; fs += $4; if (f <= 4) fr[f] = $0; next }
         /^trained |env steps\/s|^compiled|^repeat |^note:|^stopped|Traceback|Error|error:/ { if (++k <= 40) print; next }
+        /^\[[#-]+\].*\| eval / { if (++k <= 40) print }
         /^\[[#-]+\]/ { last = $0 }
         END {
             for (i = 1; i <= (f < 4 ? f : 4); i++) print fr[i]
@@ -199,13 +208,28 @@ print("ours:", jax.__version__, jax.default_backend(), "gymnax", importlib.metad
 run_step a imports_peers 120 peers "$PEERS_PY" -c 'import importlib.metadata as m, jax, gymnax, distrax, flax, optax
 print("peers: jax", jax.__version__, "gymnax", m.version("gymnax"), "distrax", m.version("distrax"))'
 
-# ------------------------------------------------------------------- b: the ceiling --
-for n in 4 2048 8192; do
-    run_step b "ceiling_$n" 60 ours "$PY" -m benchmark.ceiling $CARTPOLE --num-envs "$n" --num-steps "$CEIL_STEPS"
-done
+# ----------------------------------------------------- e: PQN, Breakout-MinAtar (suite) --
+run_step e pqn_breakout 150 ours "$PY" vibe_rl/pqn_jax.py --env-id Breakout-MinAtar --total-timesteps "$TPQN" \
+    --num-seeds 3 --eval-frequency "$EPQN" \
+    --num-envs 32 --num-steps 32 --num-minibatches 32 --update-epochs 2 --learning-rate 5e-4 --q-lambda 0.65 \
+    --exploration-fraction 0.07 --end-e 0.01 --reward-scale 1.0 --hidden-size 128 --num-chunks 25 \
+    --output-dir "$RUNS" --exp-name pqn_breakout
+
+# ----------------------------------------------------- i: DQN, Breakout-MinAtar (suite) --
+run_step i dqn_breakout 150 ours "$PY" vibe_rl/dqn_jax.py --env-id Breakout-MinAtar --total-timesteps "$TDQN" \
+    --num-seeds 3 --eval-frequency "$EDQN" \
+    --num-envs 8 --buffer-size 100000 --batch-size 32 --learning-rate 5e-4 --train-frequency 8 \
+    --target-network-frequency 8000 --learning-starts 5000 --end-e 0.01 --exploration-fraction 0.1 \
+    --loss huber --double-dqn --log-frequency 8000 --num-chunks 15 --output-dir "$RUNS" --exp-name dqn_breakout
+
+# ------------------------------------------- k: PPO-CNN, Breakout-MinAtar (suite) --
+run_step k ppo_cnn_breakout 180 ours "$PY" vibe_rl/ppo_jax_scan.py --env-id Breakout-MinAtar \
+    --total-timesteps "$TCNN" --num-seeds 3 --eval-frequency "$ECNN" --num-envs 64 --num-steps 128 \
+    --num-minibatches 8 --learning-rate 1e-3 --ent-coef 0.02 --network cnn --hidden-size 128 \
+    --output-dir "$RUNS" --exp-name ppo_cnn_breakout
 
 # ------------------------------------------------------ c: ours vs PureJaxRL, CartPole --
-for n in 4 2048 8192; do
+for n in ${GPU_C_ENVS:-2048 8192 4}; do
     case $n in 4) t=$T4 lim=90 ;; 2048) t=$T2048 lim=90 ;; 8192) t=$T8192 lim=120 ;; esac
     run_step c "ppo_scan_${n}env" "$lim" ours "$PY" vibe_rl/ppo_jax_scan.py $CARTPOLE --num-envs "$n" \
         --total-timesteps "$t" --output-dir "$RUNS" --exp-name "ppo_scan_${n}env"
@@ -214,13 +238,21 @@ for n in 4 2048 8192; do
 done
 
 # ---------------------------------------------------------------- h: Brax hopper, PPO --
-# Brax's published hopper PPO config (docs/ppo_jax_scan.md, suite.toml's brax/hopper entry at
-# full scale): 2048 envs, 32 minibatches of 1024 unrolls of 20 steps (2048 x 320 per update),
-# 4 epochs, lr 3e-4 constant, clip 0.3, entropy 0.01, no value or gradient clipping.
+# Brax's published hopper PPO config (brax_train.py's ("ppo", "hopper"); suite.toml's brax/hopper
+# entry is it at 128 envs): 2048 envs, 16 minibatches of 1024 unrolls of 20 steps (2048 x 160 per
+# update), 4 epochs, lr 3e-4 constant, clip 0.3, entropy 0.01, no value or gradient clipping.
+# Then Brax's own ppo.train at that config (its default for hopper) and budget, two evaluations.
 run_step h brax_hopper 200 ours "$PY" vibe_rl/ppo_jax_scan.py --env-id brax/hopper --total-timesteps "$TBRAX" \
-    --num-envs "$BRAX_ENVS" --num-steps 320 --num-minibatches 32 --update-epochs 4 --learning-rate 3e-4 \
+    --num-envs "$BRAX_ENVS" --num-steps 160 --num-minibatches 16 --update-epochs 4 --learning-rate 3e-4 \
     --no-anneal-lr --gamma 0.99 --gae-lambda 0.95 --ent-coef 0.01 --clip-coef 0.3 --no-clip-vloss \
     --max-grad-norm 1e9 --normalize-obs --normalize-reward --output-dir "$RUNS" --exp-name brax_hopper
+run_step h brax_own_ppo_hopper 200 ours "$PY" benchmark/peers/brax_train.py --algo ppo --env-id brax/hopper \
+    --total-timesteps "$TBRAX" --num-envs "$BRAX_ENVS" "${BRAX_OWN[@]}" --eval-points 2 --output-dir "$RUNS" --exp-name brax_own_hopper
+
+# ------------------------------------------------------------------- b: the ceiling --
+for n in 4 2048 8192; do
+    run_step b "ceiling_$n" 60 ours "$PY" -m benchmark.ceiling $CARTPOLE --num-envs "$n" --num-steps "$CEIL_STEPS"
+done
 
 # --------------------------------------------------------- d: seeds in one program --
 # --num-seeds 1 at 4 envs and 500k steps is step c's first pair (the same commands).
@@ -236,18 +268,6 @@ run_step f sac_pendulum 90 ours "$PY" vibe_rl/sac_jax.py --env-id Pendulum-v1 --
     --output-dir "$RUNS" --exp-name sac_pendulum
 run_step f td3_pendulum 90 ours "$PY" vibe_rl/td3_jax.py --env-id Pendulum-v1 --total-timesteps "$TSAC" \
     --output-dir "$RUNS" --exp-name td3_pendulum
-
-# ----------------------------------------------------- e: PQN, Breakout-MinAtar (suite) --
-run_step e pqn_breakout 150 ours "$PY" vibe_rl/pqn_jax.py --env-id Breakout-MinAtar --total-timesteps "$TPQN" \
-    --num-envs 32 --num-steps 32 --num-minibatches 32 --update-epochs 2 --learning-rate 5e-4 --q-lambda 0.65 \
-    --exploration-fraction 0.07 --end-e 0.01 --reward-scale 1.0 --hidden-size 128 --num-chunks 25 \
-    --output-dir "$RUNS" --exp-name pqn_breakout
-
-# ----------------------------------------------------- i: DQN, Breakout-MinAtar (suite) --
-run_step i dqn_breakout 75 ours "$PY" vibe_rl/dqn_jax.py --env-id Breakout-MinAtar --total-timesteps "$TDQN" \
-    --num-envs 8 --buffer-size 100000 --batch-size 32 --learning-rate 5e-4 --train-frequency 8 \
-    --target-network-frequency 8000 --learning-starts 5000 --end-e 0.01 --exploration-fraction 0.1 \
-    --loss huber --double-dqn --log-frequency 8000 --num-chunks 15 --output-dir "$RUNS" --exp-name dqn_breakout
 
 # ----------------------------------- g: ppo_multigpu on one GPU, step c's 2048-env config --
 # ppo_jax_scan at this config is step c's ppo_scan_2048env (the same flags).
