@@ -11,8 +11,10 @@
 # What it needs beside the repo (git-ignored, carried to the machine): .whl/ (py3.12 wheels of
 # what the scripts need and the machine lacks: gymnax, tyro, tensorboardX, distrax, tfp-nightly,
 # brax, mujoco, ...), .whl-peers/ (gymnax 0.0.9, PureJaxRL's 5-value step, installed into its
-# own target) and .peers/purejaxrl/ (PureJaxRL's ppo.py and wrappers.py). Without .whl/ (or
-# with GPU_SMOKE=1) nothing is installed and PYTHON's own packages are used.
+# own target) and .peers/purejaxrl/ (PureJaxRL's ppo.py and wrappers.py), all three built by
+# benchmark/gpu_wheels.sh. Without .whl/ (or with GPU_SMOKE=1) nothing is installed and PYTHON's
+# own packages are used. A smoke run with GPU_INSTALL=1 and a Python 3.12 venv holding jax 0.11.2
+# and the GPU image's other packages checks the wheels install and import (docs/gpu.md).
 #
 # Steps, run in this order: a, e, i, k, c, h, b, d, f, g (GPU_STEPS=a,b,... picks some; default all):
 #   a  device check, wheel install, import check
