@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from _helpers import (
@@ -633,9 +635,9 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
     module, levels = load_script(name), []
     seeds_program = module.seeds_program
 
-    def recording(per_seed: Any, inputs: tuple, level: Any, in_axes: Any = 0, **jit: Any) -> Any:
+    def recording(per_seed: Any, inputs: tuple, level: Any, axes: Any = (0,), **jit: Any) -> Any:
         levels.append(level)
-        return seeds_program(per_seed, inputs, level, in_axes, **jit)
+        return seeds_program(per_seed, inputs, level, axes, **jit)
 
     monkeypatch.setattr(module, "seeds_program", recording)
     run = module.open_run(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))
@@ -643,6 +645,24 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
     module.compile_chunk(run, state)
     module.compile_evaluate(run, state)
     assert levels == [0, chunk_level, 0]
+
+
+def test_a_lone_seed_runs_unbatched_and_keeps_its_seed_axis(monkeypatch):
+    """One seed's program is per_seed on the inputs' only row, not a vmap of it (a batch of one trains
+    6-8% slower on XLA CPU: docs/benchmarks.md); unbatched inputs pass as they are. Two seeds vmap."""
+    module, vmapped = load_script("ppo_jax_scan"), []
+    vmap = jax.vmap
+    monkeypatch.setattr(jax, "vmap", lambda *a, **k: vmapped.append(k) or vmap(*a, **k))
+    per_seed = lambda x, scale: (x @ jnp.arange(9.0).reshape(3, 3) * scale, x.sum())
+    for seeds in (1, 2):
+        x = np.arange(3.0 * seeds, dtype=np.float32).reshape(seeds, 3)  # [S, 3]
+        out = module.seeds_program(per_seed, (x, np.float32(2)), None, (0, None))(x, np.float32(2))
+        assert [leaf.shape for leaf in out] == [(seeds, 3), (seeds,)]
+        for i in range(seeds):  # each seed's row, as per_seed alone computes it
+            alone = jax.jit(per_seed)(x[i], np.float32(2))
+            np.testing.assert_allclose(np.asarray(out[0][i]), np.asarray(alone[0]), rtol=1e-6)
+            assert float(out[1][i]) == float(alone[1])
+        assert len(vmapped) == seeds - 1  # no vmap for one seed, one for two
 
 
 def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, capsys, monkeypatch):

@@ -1109,9 +1109,13 @@ pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slot
 seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 
-def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, in_axes: Any = 0, **jit: Any) -> Any:
+def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), **jit: Any) -> Any:
     """jit(vmap(per_seed)) over the mesh's "seeds" axis, compiled at XLA level `level` (None: default)."""
-    lowered = jax.jit(jax.vmap(per_seed, in_axes, spmd_axis_name="seeds"), **jit).lower(*inputs)
+    lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # one seed runs unbatched: a batch of one is slower
+    row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
+    unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
+    program = unbatched if lone else jax.vmap(per_seed, axes, spmd_axis_name="seeds")
+    lowered = jax.jit(program, **jit).lower(*inputs)
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
