@@ -956,12 +956,12 @@ def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> 
     stays a real branch. Logged is known without tracing the iteration twice (eval_shape would)."""
     Logged = NamedTuple("Logged", [(name, jax.Array) for name in algo.metric_tags])  # each float32 []
 
-    def run(s: Any, index: jax.Array) -> tuple[Any, Any]:
+    def iterate(s: Any, index: jax.Array) -> tuple[Any, Any]:
         s, metrics = algo.iteration(s, index)
         return s, Logged(*(jnp.asarray(getattr(metrics, name), jnp.float32) for name in Logged._fields))
 
     skip = lambda s, index: (s, Logged(*[jnp.float32(jnp.nan)] * len(Logged._fields)))
-    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, run, skip, s, index)
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
     return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
 
 
