@@ -554,6 +554,27 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     assert restored_iterations < uninterrupted[0][0]
 
 
+def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path):
+    """A finished run whose newest checkpoint is corrupt resumes from the one before and logs the
+    last chunk again: metrics.jsonl keeps one row per step, and TensorBoard's reader hides the
+    first session's events after the checkpoint (a SessionLog START at the resumed step). The
+    harness is the same in every script: one suffices."""
+    budget = flags(num_envs=4, num_steps=16, total_timesteps=64 * 6, num_chunks=3, eval_episodes=2)
+    first = run_script("ppo_jax_scan", *budget, "--output-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    run_dir = only_run_dir(tmp_path)
+    newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
+    newest.write_bytes(b"not a checkpoint")
+    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2  # one file per session
+    rows = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
+    assert [p["global_step"] for p in rows] == list(range(64, 64 * 7, 64))  # one row per iteration
+    events = read_events(run_dir)["losses/value_loss"]
+    assert [step for step, _ in events] == [p["global_step"] for p in rows]
+    assert np.allclose([value for _, value in events], [p["losses/value_loss"] for p in rows])
+
+
 def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):
     """--eval-frequency N needs a chunk end by every N env steps: the chunks become more when
     --num-chunks gives fewer, never fewer. The harness is the same in every script: one suffices."""
