@@ -946,7 +946,8 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
         if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
             lines = self.jsonl.read_text().splitlines(keepends=True)
             self.jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resume_step))
-        self.events = EventsWriter(f"{run_dir}/events")  # SummaryWriter queues each pickled: 6x the CPU
+        # tensorboardX's event file, written here: SummaryWriter pickles every event to a thread, 6x the CPU
+        self.events = EventsWriter(f"{run_dir}/events")
         if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
             self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
         if args.track:  # the same wandb run after a resume, whatever the directory is called now
@@ -958,7 +959,7 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
                                         reinit="create_new", dir=str(run_dir), config=record)  # fmt: skip
 
     def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-        """Log rows of (global_step, {tag: value}), leaving NaNs out, and flush them to disk."""
+        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out; flush them to disk."""
         with open(self.jsonl, "a") as jsonl:
             for step, values in rows:
                 values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
