@@ -834,7 +834,7 @@ seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), **jit: Any) -> Any:
     """jit(vmap(per_seed)) over the mesh's "seeds" axis (one seed: unbatched), at XLA level `level`."""
-    lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # a vmapped batch of one trains 6-8% slower on XLA CPU
+    lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # a vmapped batch of one trains slower on XLA CPU
     row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
     unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
     program = unbatched if lone else jax.vmap(per_seed, axes, spmd_axis_name="seeds")
@@ -946,7 +946,7 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
         if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
             lines = self.jsonl.read_text().splitlines(keepends=True)
             self.jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resume_step))
-        # tensorboardX's event file, written here: SummaryWriter pickles every event to a thread, 6x the CPU
+        # tensorboardX's event file, written here: SummaryWriter pickles each event to a thread, costlier
         self.events = EventsWriter(f"{run_dir}/events")
         if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
             self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
