@@ -439,6 +439,21 @@ def test_each_budget_and_env_count_gives_whole_iterations_within_the_budget(scri
             assert (chunks - 1) * per_chunk < algo.num_iterations <= chunks * per_chunk
 
 
+def test_a_fresh_and_a_restored_state_have_the_same_types_and_layout(script, tmp_path):
+    """A resumed run must rerun the program the fresh run compiled (and hit its cache entry): the
+    restored state, read from host arrays, has strong types and the mesh's shardings, so the fresh
+    one must too (a gymnax EnvState's time starts as a weakly typed 0)."""
+    module = load_script(script)
+    args = module.Args(**SCRIPTS[script].budgets(2048, 4), num_seeds=3, output_dir=str(tmp_path))
+    run = module.open_run(args)
+    fresh = module.initial_state(run, None)
+    host = module.to_host(fresh)
+    restored = module.initial_state(run, [module.seed_slice(host, i) for i in range(3)])
+    layout = lambda state: jax.tree.map(lambda x: (x.shape, x.dtype, x.weak_type, x.sharding), state)
+    assert layout(restored) == layout(fresh)
+    assert tree_equal(restored, fresh)
+
+
 # --- real runs --------------------------------------------------------------------------
 
 

@@ -849,9 +849,10 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
         specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
         seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
         shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
-    if restored is None:
+    if restored is None:  # with strong types, as a restored state has them: a resume reruns the same program
         keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
-        return seeds_program(run.algo.init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
+        init = lambda key: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), run.algo.init(key))
+        return seeds_program(init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
     host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
     return jax.device_put(host, shardings)  # every process holds the same host arrays
 
@@ -934,9 +935,8 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
             say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
-    steps, seconds = total - at_start, time.perf_counter() - start
-    rate = f"{steps / seconds:,.0f} SPS per seed"
-    say(f"trained {steps:,} steps x {num_seeds} seed(s) in {seconds:.2f}s ({rate})")
+    steps, took = total - at_start, time.perf_counter() - start
+    say(f"trained {steps:,} steps x {num_seeds} seed(s) in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
     return state, loggers
 
 
