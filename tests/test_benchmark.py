@@ -410,6 +410,27 @@ def test_rollout_share_times_the_rollout_and_the_whole_iteration():
     assert 0 < rollout <= whole
 
 
+def test_event_writing_writes_the_same_points_each_way_and_reports_each(tmp_path):
+    """A reduced size (2 x 5 points): this checks what each way writes and that it reports, not speed."""
+    events = importlib.import_module("benchmark.event_writing")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points = [(512 * (i + 1), {"losses/a": float(i), "losses/b": 2.0 * i}) for i in range(5)]
+    for name, write in events.WAYS.items():
+        (folder := tmp_path / name.split(",")[0]).mkdir()
+        write(folder, points)
+        accumulator = EventAccumulator(str(folder))
+        accumulator.Reload()
+        read = [(e.step, e.value) for e in accumulator.Scalars("losses/b")]
+        assert read == [(step, values["losses/b"]) for step, values in points], name
+    sizes = ["--seeds", "2", "--points", "5", "--rounds", "1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmark.event_writing", *sizes], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(re.findall(r"^  .+ [0-9.]+ s  \([0-9.]+x\)$", result.stdout, re.M)) == len(events.WAYS)
+
+
 def test_from_results_rebuilds_the_tables_and_plots_of_a_saved_run_without_running(tmp_path):
     """--from-results re-aggregates a saved results.json: no entry runs (there is no script to run
     here), and the tables, the per-script aggregate and the curves come back from the raw scores."""
