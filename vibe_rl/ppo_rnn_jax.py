@@ -1224,7 +1224,7 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
         if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
             lines = self.jsonl.read_text().splitlines(keepends=True)
             self.jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resume_step))
-        # tensorboardX's event file, written here: SummaryWriter pickles each event to a thread, costlier
+        # tensorboardX's event file, written in this thread (SummaryWriter pickles each event to another)
         self.events = EventsWriter(f"{run_dir}/events")
         if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
             self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
