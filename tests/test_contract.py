@@ -392,11 +392,12 @@ def fake_run(parent: Path, script: str, **saved: Any) -> Path:
 
 
 def test_resume_with_conflicting_flags_is_refused(script, tmp_path, capsys, monkeypatch):
-    run_dir = fake_run(tmp_path, script, total_timesteps=123_456)
-    bad = ["--resume", str(run_dir), "--total-timesteps", "7000"]
-    code, err = exit_of_main(load_script(script), bad, monkeypatch, capsys)
-    assert code == 2 and err.count("\n") == 1
-    assert "--total-timesteps 7000 conflicts with the run's 123456" in err
+    """The training's flags, and the evaluation's (its curve's points stay comparable), are the run's."""
+    module, run_dir = load_script(script), fake_run(tmp_path, script, total_timesteps=12_345, eval_episodes=8)
+    for flag, value, before in (("--total-timesteps", "7000", "12345"), ("--eval-episodes", "5", "8")):
+        code, err = exit_of_main(module, ["--resume", str(run_dir), flag, value], monkeypatch, capsys)
+        assert code == 2 and err.count("\n") == 1
+        assert f"{flag} {value} conflicts with the run's {before}" in err
 
 
 def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(script, tmp_path, capsys, monkeypatch):
@@ -588,6 +589,31 @@ def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path):
     events = read_events(run_dir)["losses/value_loss"]
     assert [step for step, _ in events] == [p["global_step"] for p in rows]
     assert np.allclose([value for _, value in events], [p["losses/value_loss"] for p in rows])
+
+
+def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(tmp_path):
+    """A user resumes a finished run to save its model. Its last chunk was short (7 iterations in
+    chunks of 3), so its final checkpoint lies off the chunk grid: the resume must not run that
+    chunk again. The checkpoint, eval.json and metrics.jsonl stay as they were, TensorBoard keeps
+    one point per step, and the model written evaluates as eval.json did. The harness is the
+    same in every script: one suffices."""
+    module = load_script("ppo_jax_scan")
+    budget = flags(num_envs=4, num_steps=16, total_timesteps=64 * 7, num_chunks=3, eval_episodes=3)
+    first = run_script("ppo_jax_scan", *budget, "--eval-frequency", "192", "--output-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    run_dir = only_run_dir(tmp_path)
+    files = ["eval.json", "metrics.jsonl", f"checkpoints/step_{64 * 7:012d}.msgpack"]
+    before = {name: (run_dir / name).read_bytes() for name in files}
+    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--save-model")
+    assert resumed.returncode == 0, resumed.stderr
+    assert {name: (run_dir / name).read_bytes() for name in files} == before
+    assert "trained 0 steps" in resumed.stdout
+    for tag, points in read_events(run_dir).items():
+        steps = [step for step, _ in points]
+        assert steps == sorted(set(steps)), (tag, steps)
+    evaluation = json.loads(before["eval.json"])
+    assert [p["global_step"] for p in evaluation["eval_curve"]] == [192, 384, 448]
+    assert module.evaluate_saved_model(run_dir)["returns"] == evaluation["returns"]
 
 
 def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):

@@ -702,9 +702,7 @@ def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> 
     return EnvStep(*out[:5], out[5]["final_observation"])
 
 
-class Conv3x3(nn.Module):
-    """nn.Conv(features, (3, 3), padding="VALID") as a dense layer over each 3x3 patch: faster on XLA CPU."""
-
+class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
     features: int
     kernel_init: Callable = nn.initializers.lecun_normal()
 
@@ -753,7 +751,7 @@ MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", 
     "num_processes", "process_id"}  # fmt: skip
 # Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
-    "capture_video", "save_model", "eval_episodes", "fsdp"}  # fmt: skip
+    "capture_video", "save_model", "fsdp"}  # fmt: skip
 EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
 RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
 
@@ -995,8 +993,9 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
     total, at_start = algo.num_iterations * per_iteration, done * per_iteration
     loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
     start = ready = time.perf_counter()
-    in_flight = chunk(state, np.int32(done // per_chunk * per_chunk))
-    for index in range(done // per_chunk, run.num_chunks):
+    in_flight = chunk(state, np.int32(done))  # done ends a chunk (a finished run's: all its iterations skip)
+    evaluation = None  # the latest one: the training's end (none when a finished run is resumed)
+    for index in range(math.ceil(done / per_chunk), run.num_chunks):  # a finished run's last may be short
         (state, metrics), first = in_flight, index * per_chunk
         if index + 1 < run.num_chunks:
             in_flight = chunk(state, np.int32(first + per_chunk))
@@ -1008,9 +1007,10 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
             kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
             sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
-        evals = {}  # at each --eval-frequency (and not at the end: finish_run's), every seed's mean return
-        if every and step < total and step // every > began // every:
-            evals["eval/episodic_return"] = to_host(evaluate.result()(state).returns).mean(-1)  # [slots]
+        evals = {}  # at each --eval-frequency and at the end, every seed's mean return
+        if step == total or every and step // every > began // every:
+            evaluation = evaluate.result()(state)
+            evals["eval/episodic_return"] = to_host(evaluation.returns).astype(np.float64).mean(-1)  # [slots]
         for i, logger in enumerate(loggers):
             rows = [{tag: float(getattr(metrics, m)[i, j]) for m, tag in tags} for j in range(num_valid)]
             rows[-1] |= {"charts/SPS": sps} | {tag: float(x[i]) for tag, x in evals.items()}  # once per chunk
@@ -1030,7 +1030,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
     steps, took = total - at_start, time.perf_counter() - start
     say(f"trained {steps:,} steps x {num_seeds} seed(s) in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
-    return state, loggers
+    return state, loggers, evaluation
 
 
 class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
@@ -1110,14 +1110,13 @@ def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     return {"returns": returns.tolist(), "lengths": np.asarray(lengths).tolist(), **stats}
 
 
-def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable) -> None:
-    """Evaluate every seed in one program, then write each one's eval.json, plot, model and video."""
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable, evaluation: Any) -> None:
+    """Write each seed's eval.json, plot, model and video, from the evaluation at the training's end."""
     algo, args, step = run.algo, run.args, run.algo.num_iterations * run.algo.env_steps_per_iteration
-    result = to_host(evaluate(state))
+    result = to_host(evaluate(state) if evaluation is None else evaluation)
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
     for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
-        logger.write([(step, {"eval/episodic_return": summary["mean"]})])
         logger.close()
         points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
         curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
@@ -1132,13 +1131,14 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
 
-def evaluate_saved_model(run_dir: str | Path, episodes: int = 32, seed: int = 0) -> dict[str, Any]:
-    """Load {run_dir}/{exp_name}.flax (written by --save-model) and evaluate it deterministically."""
+def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
+    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was."""
     args = args_from_json(Path(run_dir) / "args.json")
     algo = make_algorithm(args)
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
     model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
-    result = jax.jit(functools.partial(evaluate_episodes, algo, episodes))(model, jax.random.PRNGKey(seed))
+    evaluate = functools.partial(evaluate_episodes, algo, episodes or args.eval_episodes)
+    result = jax.jit(evaluate)(model, jax.random.PRNGKey(seed))
     return eval_summary(result.returns, result.lengths)
 
 
@@ -1177,8 +1177,8 @@ def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summar
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         frames = [np.kron(colours[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
     else:
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen, and plays no sound
-        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        for driver in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # pygame draws off-screen, and plays no sound
+            os.environ.setdefault(driver, "dummy")
         import gymnasium
         from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
 
@@ -1224,11 +1224,11 @@ def main() -> None:
             chunk = compile_chunk(run, state)
             evaluate = pool.submit(compile_evaluate, run, state)
             pool.submit(importlib.import_module, "matplotlib.figure")
-            state, loggers = train_chunks(run, chunk, evaluate, state, done, stop)
+            state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    finish_run(run, state, loggers, evaluate.result())
+    finish_run(run, state, loggers, evaluate.result(), evaluation)
 
 
 if __name__ == "__main__":
