@@ -26,6 +26,11 @@ from gymnax.environments import environment, spaces
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# DQN and C51 flags whose first steps, stepped by hand, take no gradient step: learning starts
+# after them (and before the end: a run with no gradient step is refused)
+NO_LEARNING = dict(total_timesteps=2 * 10**6, learning_starts=10**6)
+
+
 def load_script(name: str) -> ModuleType:
     """The script vibe_rl/{name}.py, imported from the installed package (pip install -e .)."""
     return importlib.import_module(f"vibe_rl.{name}")

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, CountingProbe, probe_spec, run_in_chunks, tree_equal
+from _helpers import NO_LEARNING, ConstantRewardProbe, CountingProbe, probe_spec, run_in_chunks, tree_equal
 
 from vibe_rl import c51_jax as c51
 
@@ -127,7 +127,7 @@ def test_the_target_of_an_episode_end_through_step_and_gradient_step(terminate_a
     transition (s = [4], r = 1, s' = the real final obs [5], not the reset [0]). The gradient step's
     cross-entropy is -sum_i m_i log p_i(s = [4]) for the hand-computed projected target m."""
     atoms = dict(n_atoms=5, v_min=-2.0, v_max=2.0)  # ATOMS
-    setup = c51.build_setup(tiny_args(num_envs=1, buffer_size=1, learning_starts=10**6, gamma=0.5, **atoms))
+    setup = c51.build_setup(tiny_args(num_envs=1, buffer_size=1, gamma=0.5, **atoms, **NO_LEARNING))
     spec = probe_spec(c51, CountingProbe(terminate_at))
     setup = setup._replace(spec=spec, obs_dtype=jnp.float32, network=TableNetwork())
     state = c51.init_state(setup, jax.random.PRNGKey(0))

@@ -103,6 +103,10 @@ SCRIPTS = {
             ),
             (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
             (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
+            (
+                flags(total_timesteps=1000, learning_starts=1000),
+                "--learning-starts 1000 leaves no gradient step in 1,000 env steps (one every",
+            ),
             (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
             (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
             (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
@@ -113,7 +117,11 @@ SCRIPTS = {
             ),
         ],
         budgets=lambda total, num_envs: dict(
-            total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
+            total_timesteps=total,
+            num_envs=num_envs,
+            train_frequency=16,
+            target_network_frequency=512,
+            learning_starts=0,
         ),
     ),
     "c51_jax": Contract(
@@ -145,12 +153,20 @@ SCRIPTS = {
             (flags(n_atoms=1), "--n-atoms must be at least 2, got 1"),
             (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
             (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
+            (
+                flags(total_timesteps=1000, learning_starts=1000),
+                "--learning-starts 1000 leaves no gradient step in 1,000 env steps (one every",
+            ),
             (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
             (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
             (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
         ],
         budgets=lambda total, num_envs: dict(
-            total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512
+            total_timesteps=total,
+            num_envs=num_envs,
+            train_frequency=16,
+            target_network_frequency=512,
+            learning_starts=0,
         ),
     ),
     "sac_jax": Contract(
@@ -438,6 +454,21 @@ def test_each_budget_and_env_count_gives_whole_iterations_within_the_budget(scri
             assert total - algo.env_steps_per_iteration < steps <= total, (total, num_envs, steps)
             per_chunk, chunks = module.plan_chunks(algo.num_iterations, 10)
             assert (chunks - 1) * per_chunk < algo.num_iterations <= chunks * per_chunk
+
+
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n not in ("sac_jax", "td3_jax")])
+def test_every_discrete_script_takes_an_observation_of_more_than_one_axis(name):
+    """bsuite's Catch observes a [10, 5] board: the MLPs flatten it. DQN's and C51's acted per row
+    of the board, an action [N, 10], and crashed in the env's step."""
+    module = load_script(name)
+    algo = module.make_algorithm(module.Args(**SCRIPTS[name].budgets(1024, 4), env_id="Catch-bsuite"))
+    assert algo.env.obs_shape == (10, 5)
+    state = jax.jit(algo.init)(jax.random.PRNGKey(0))
+    state, metrics = jax.jit(algo.iteration)(state, jnp.int32(0))
+    model = algo.model(state)
+    obs, _ = module.reset_envs(algo.env, jax.random.PRNGKey(1), 3)  # [3, 10, 5]
+    actions = algo.act(model, obs, algo.act_init(model, 3))[0] if algo.act_init else algo.act(model, obs)
+    assert actions.shape == (3,) and all(np.isfinite(x).all() for x in jax.tree.leaves(model))
 
 
 def test_a_fresh_and_a_restored_state_have_the_same_types_and_layout(script, tmp_path):

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import ConstantRewardProbe, CountingProbe, run_in_chunks, tree_equal
+from _helpers import NO_LEARNING, ConstantRewardProbe, CountingProbe, run_in_chunks, tree_equal
 
 from vibe_rl import dqn_jax as dqn
 
@@ -149,7 +149,7 @@ def test_polyak_and_hard_target_update():
 def test_step_stores_the_real_final_observation(terminate_at, obs, next_obs, terminated):
     """CountingProbe, obs [t]: the step that ends an episode stores next_obs [end] (the
     real final observation, not the reset [0]); only a termination is stored as one."""
-    setup = probe_setup(CountingProbe(terminate_at), num_envs=1, learning_starts=10**6, buffer_size=20)
+    setup = probe_setup(CountingProbe(terminate_at), num_envs=1, buffer_size=20, **NO_LEARNING)
     state = dqn.init_state(setup, jax.random.PRNGKey(0))
     state, _ = jax.lax.scan(functools.partial(dqn.step, setup), state, jnp.arange(6))
     np.testing.assert_array_equal(state.buffer.data.obs[:6, 0], obs)

@@ -126,6 +126,7 @@ class QNetwork(nn.Module):
     num_actions: int
     n_atoms: int
     cnn: bool = False
+    obs_rank: int = 1  # len(obs_shape): the MLP flattens an observation of more axes (bsuite's Catch)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -134,6 +135,7 @@ class QNetwork(nn.Module):
             x = nn.relu(Conv3x3(16)(x))  # [..., H-2, W-2, 16]
             x = nn.relu(nn.Dense(128)(x.reshape(*x.shape[:-3], -1)))  # [..., 128]
         else:
+            x = x.reshape(*x.shape[: x.ndim - self.obs_rank], -1)  # [..., obs_dim]
             x = nn.relu(nn.Dense(120)(x))  # [..., 120]
             x = nn.relu(nn.Dense(84)(x))  # [..., 84]
         logits = nn.Dense(self.num_actions * self.n_atoms)(x)  # [..., A * K]
@@ -430,6 +432,9 @@ def build_setup(args: Args) -> Setup:
     per_iteration = iteration_length(steps, args.log_frequency // n)
     num_iterations = steps // per_iteration
     sizes = Sizes(per_iteration, num_iterations, num_iterations * per_iteration)
+    total, every, starts = sizes.total_steps * n, args.train_frequency, args.learning_starts  # env steps
+    span = f"in {total:,} env steps (one every --train-frequency {every})"
+    require(starts < total // every * every, f"--learning-starts {starts} leaves no gradient step {span}")
     # [C51-2] MinAtar's 0/1 channels (float32 in gymnax) stored as uint8: a quarter of the memory
     obs_space = spec.env.observation_space(spec.params)
     obs_dtype = jnp.uint8 if args.env_id.endswith("MinAtar") else obs_space.dtype
@@ -437,7 +442,7 @@ def build_setup(args: Args) -> Setup:
     cnn = args.network == "cnn" or (args.network == "auto" and image)  # [C51-15]
     # [C51-16] Adam with epsilon 0.01 / batch_size (the paper's, as CleanRL), no gradient clipping
     optimizer = optax.adam(args.learning_rate, eps=0.01 / args.batch_size)
-    network = QNetwork(spec.action_dim, args.n_atoms, cnn)
+    network = QNetwork(spec.action_dim, args.n_atoms, cnn, len(spec.obs_shape))
     return Setup(args, sizes, spec, obs_dtype, atoms, network, optimizer)
 
 

@@ -128,6 +128,7 @@ class QNetwork(nn.Module):
 
     num_actions: int
     cnn: bool = False
+    obs_rank: int = 1  # len(obs_shape): the MLP flattens an observation of more axes (bsuite's Catch)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -136,6 +137,7 @@ class QNetwork(nn.Module):
             x = nn.relu(Conv3x3(16)(x))  # [..., H-2, W-2, 16]
             x = nn.relu(nn.Dense(128)(x.reshape(*x.shape[:-3], -1)))  # [..., 128]
         else:
+            x = x.reshape(*x.shape[: x.ndim - self.obs_rank], -1)  # [..., obs_dim]
             x = nn.relu(nn.Dense(120)(x))  # [..., 120]
             x = nn.relu(nn.Dense(84)(x))  # [..., 84]
         return nn.Dense(self.num_actions)(x)  # [..., A]
@@ -432,13 +434,16 @@ def build_setup(args: Args) -> Setup:
     per_iteration = iteration_length(steps, args.log_frequency // n)
     num_iterations = steps // per_iteration
     sizes = Sizes(per_iteration, num_iterations, num_iterations * per_iteration)
+    total, every, starts = sizes.total_steps * n, args.train_frequency, args.learning_starts  # env steps
+    span = f"in {total:,} env steps (one every --train-frequency {every})"
+    require(starts < total // every * every, f"--learning-starts {starts} leaves no gradient step {span}")
     # [DQN-2] MinAtar's 0/1 channels (float32 in gymnax) stored as uint8: a quarter of the memory
     obs_space = spec.env.observation_space(spec.params)
     obs_dtype = jnp.uint8 if args.env_id.endswith("MinAtar") else obs_space.dtype
     cnn = args.network == "cnn" or (args.network == "auto" and image)  # [DQN-12]
     # [DQN-11] Adam with optax's defaults and a constant learning rate, no gradient clipping (CleanRL)
     optimizer = optax.adam(args.learning_rate)
-    return Setup(args, sizes, spec, obs_dtype, QNetwork(spec.action_dim, cnn), optimizer)
+    return Setup(args, sizes, spec, obs_dtype, QNetwork(spec.action_dim, cnn, len(spec.obs_shape)), optimizer)
 
 
 def init_state(setup: Setup, key: jax.Array) -> RunnerState:
