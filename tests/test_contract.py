@@ -61,6 +61,19 @@ def flags(**values: Any) -> list[str]:
     return [part for name, value in values.items() for part in (f"--{name.replace('_', '-')}", str(value))]
 
 
+# DQN's and C51's bad input: a replay warm-up that ends after the run's last gradient step
+NO_GRADIENT_STEP = (
+    flags(total_timesteps=1000, learning_starts=1000),
+    "--learning-starts 1000 leaves no gradient step in 1,000 env steps (one every --train-frequency 10)",
+)
+
+
+def replay_budget(total: int, num_envs: int) -> dict[str, int]:
+    """DQN's and C51's Args for a budget: frequencies that fit it, learning from the first step."""
+    return dict(total_timesteps=total, num_envs=num_envs, train_frequency=16, target_network_frequency=512,
+                learning_starts=0)  # fmt: skip
+
+
 SCRIPTS = {
     "ppo_jax_scan": Contract(
         env_id="CartPole-v1",
@@ -103,10 +116,7 @@ SCRIPTS = {
             ),
             (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
             (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
-            (
-                flags(total_timesteps=1000, learning_starts=1000),
-                "--learning-starts 1000 leaves no gradient step in 1,000 env steps (one every",
-            ),
+            NO_GRADIENT_STEP,
             (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
             (flags(tau=0), "--tau must lie in (0, 1], got 0.0"),
             (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
@@ -116,13 +126,7 @@ SCRIPTS = {
                 "--buffer-size 4 is smaller than --num-envs 8",
             ),
         ],
-        budgets=lambda total, num_envs: dict(
-            total_timesteps=total,
-            num_envs=num_envs,
-            train_frequency=16,
-            target_network_frequency=512,
-            learning_starts=0,
-        ),
+        budgets=replay_budget,
     ),
     "c51_jax": Contract(
         env_id="CartPole-v1",
@@ -153,21 +157,12 @@ SCRIPTS = {
             (flags(n_atoms=1), "--n-atoms must be at least 2, got 1"),
             (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
             (flags(learning_starts=-5), "--learning-starts must be >= 0, got -5"),
-            (
-                flags(total_timesteps=1000, learning_starts=1000),
-                "--learning-starts 1000 leaves no gradient step in 1,000 env steps (one every",
-            ),
+            NO_GRADIENT_STEP,
             (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
             (flags(end_e=1.5), "--end-e must lie in [0, 1], got 1.5"),
             (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
         ],
-        budgets=lambda total, num_envs: dict(
-            total_timesteps=total,
-            num_envs=num_envs,
-            train_frequency=16,
-            target_network_frequency=512,
-            learning_starts=0,
-        ),
+        budgets=replay_budget,
     ),
     "sac_jax": Contract(
         env_id="Pendulum-v1",
@@ -464,7 +459,7 @@ def test_every_discrete_script_takes_an_observation_of_more_than_one_axis(name):
     algo = module.make_algorithm(module.Args(**SCRIPTS[name].budgets(1024, 4), env_id="Catch-bsuite"))
     assert algo.env.obs_shape == (10, 5)
     state = jax.jit(algo.init)(jax.random.PRNGKey(0))
-    state, metrics = jax.jit(algo.iteration)(state, jnp.int32(0))
+    state, _ = jax.jit(algo.iteration)(state, jnp.int32(0))
     model = algo.model(state)
     obs, _ = module.reset_envs(algo.env, jax.random.PRNGKey(1), 3)  # [3, 10, 5]
     actions = algo.act(model, obs, algo.act_init(model, 3))[0] if algo.act_init else algo.act(model, obs)
