@@ -543,9 +543,11 @@ def make_algorithm(args: Args) -> Algorithm:
 
 
 # ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
-# Its words: a step is one env step of every env; an iteration runs between two logged points; a
-# chunk is several iterations compiled as one program, after which the driver logs, checkpoints
-# and evaluates. Each of its speed tricks is measured in docs/benchmarks.md.
+# Its map: Environments (the suites' table, ENV_SUITES) | the Algorithm, the flags, JAX's start | run
+# directories and checkpoints | the compiled programs | the driver | evaluation and outputs | main. A step
+# is one env step of every env; an iteration runs between two logged points; a chunk is several compiled
+# as one program, between which the driver logs, checkpoints and evaluates. docs/harness.md is its page
+# (the contract with the algorithm above); its one source is the repository's tests/harness.py.
 
 import atexit
 import contextlib
@@ -570,38 +572,65 @@ from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 
 
-# --- Environments: gymnax's API for every env, Brax's included ---------------------------------
-class EnvSpec(NamedTuple):  # an environment, and what the networks need to know of it
+# --- Environments: a table of suites, each seen through gymnax's API --------------------------
+class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # the envs' state [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached (info["final_observation"])
+
+
+def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md, Brax)."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class EnvSpec(NamedTuple):  # an environment, and what the networks and the harness need to know of it
     env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
     params: Any  # its EnvParams (max_steps_in_episode: the time limit)
     obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
     discrete: bool
-    action_dim: int  # K discrete actions, or A dimensions of a Box
+    action_dim: int  # A: the discrete actions, or the dimensions of a Box
     action_low: np.ndarray  # [A] (empty for discrete actions)
     action_high: np.ndarray  # [A]
+    binary_obs: bool = False  # every observation entry is 0 or 1 (MinAtar's channels), so uint8 holds it
+    step: Callable[..., EnvStep] = reset_every_step  # (spec, keys [N, 2], state, action) -> N envs' step
+    render: Callable[[Any, int, Path], None] | None = None  # (states [T_max], length, folder) writes a video
 
 
 def make_env(env_id: str) -> EnvSpec:
-    """A gymnax id, or brax/<name> for a Brax MuJoCo task; ArgsError for an unknown one."""
-    if env_id.startswith("brax/"):
-        return env_spec(*brax_env(env_id.removeprefix("brax/")))
-    import gymnax  # imported here: it starts JAX, which start_jax configures first
-
-    known = gymnax.registered_envs
-    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}")
-    return env_spec(*gymnax.make(env_id))
+    """The EnvSpec of an id, built by the suite in ENV_SUITES whose prefix it starts with (the longest)."""
+    prefix = max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
+    return ENV_SUITES[prefix](env_id.removeprefix(prefix))
 
 
-def env_spec(env: Any, params: Any) -> EnvSpec:  # of any gymnax Environment instance and its params
+def env_spec(env: Any, params: Any, **suite: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params; suite: EnvSpec's defaulted fields."""
     space = env.action_space(params)
     discrete = hasattr(space, "n")  # a gymnax spaces.Discrete: n actions (a Box has a shape)
     action_dim = int(space.n) if discrete else math.prod(space.shape)
     box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
     bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
-    return EnvSpec(env, params, tuple(env.observation_space(params).shape), discrete, action_dim, *bounds)
+    obs_shape = tuple(env.observation_space(params).shape)
+    return EnvSpec(env, params, obs_shape, discrete, action_dim, *bounds, **suite)
 
 
-def brax_env(name: str) -> tuple[Any, Any]:
+def gymnax_suite(env_id: str) -> EnvSpec:
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known, suites = gymnax.registered_envs, ", ".join(f"{p}<name>" for p in ENV_SUITES if p)
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}; "
+            f"other suites: {suites}")  # fmt: skip
+    (env, params), minatar = gymnax.make(env_id), env_id.endswith("MinAtar")
+    drawn = minatar or env_id in CLASSIC_CONTROL  # MinAtar's grid, or gymnasium's renderer
+    render = functools.partial(draw_gymnax, env_id, env, params) if drawn else None
+    return env_spec(env, params, binary_obs=minatar, render=render)
+
+
+def brax_suite(name: str) -> EnvSpec:
     """Brax's task (its MuJoCo-faithful backend) as a gymnax env, built on the raw env: create's wrappers
     fold the time limit into done and restart from a cached state, overwriting the final observation."""
     require(importlib.util.find_spec("brax"), "Brax is not installed: pip install 'brax>=0.14.2,<0.15'")
@@ -620,7 +649,6 @@ def brax_env(name: str) -> tuple[Any, Any]:
         brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
 
     class BraxEnv(environment.Environment):
-        sys = raw.sys  # the physical system, for Brax's viewer
         action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
         observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
 
@@ -632,27 +660,24 @@ def brax_env(name: str) -> tuple[Any, Any]:
             brax = raw.step(state.brax, action)
             return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
 
-    return BraxEnv(), environment.EnvParams(max_steps_in_episode=1000)
+    params = environment.EnvParams(max_steps_in_episode=1000)
+    return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
 
 
-class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
-    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
-    state: Any  # gymnax EnvState [N]
-    reward: jax.Array  # [N]
-    terminated: jax.Array  # [N] bool: the MDP ended
-    truncated: jax.Array  # [N] bool: the time limit cut the episode
-    final_obs: jax.Array  # [N, *obs_shape] the observation reached (info["final_observation"])
+# The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
+# adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe).
+ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {"": gymnax_suite, "brax/": brax_suite}
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
 
 def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
-    """num_envs fresh episodes: obs [N, *obs_shape], EnvState [N]."""
+    """num_envs fresh episodes: obs [N, *obs_shape], the envs' state [N]."""
     return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
 
 
 def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """gymnax's env.step of N envs (keys [N, 2]; state, action [N, ...]), each reset where it ended."""
-    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
-    return EnvStep(*out[:5], out[5]["final_observation"])
+    """One step of N envs (keys [N, 2]; state, action [N, ...]), each reset where its episode ended."""
+    return spec.step(spec, keys, state, action)
 
 
 class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
@@ -698,13 +723,12 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     act_init: Callable[[Any, int], Any] | None = None
 
 
-CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
-# Flags of the machine a run happens to run on: never read back from a run's args.json.
-MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", "data_devices", "distributed", "coordinator_address",
-    "num_processes", "process_id"}  # fmt: skip
-# Flags a --resume may change: they leave the training alone (names an Args lacks are ignored).
+# Flags of the machine a run happens to run on, never read back from a run's args.json; a script's own
+# (ppo_multigpu's --distributed, ...) are its Args.machine_flags.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
+# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
-    "capture_video", "save_model", "fsdp"}  # fmt: skip
+    "capture_video", "save_model", *getattr(Args, "resume_may_change", ())}  # fmt: skip
 EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
 RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
 
@@ -797,9 +821,6 @@ def open_run(args: Args) -> Run:
     """Check the flags; make the run directories (one per seed, each with its args.json) or find them."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
-    if args.capture_video:  # what write_video draws
-        drawn = args.env_id in CLASSIC_CONTROL or args.env_id.endswith("MinAtar") or "brax/" in args.env_id
-        require(drawn, f"--capture-video renders classic-control, MinAtar and Brax envs, not {args.env_id}")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
         import wandb
 
@@ -808,6 +829,8 @@ def open_run(args: Args) -> Run:
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
     algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
+    drawn = "classic-control, MinAtar and Brax envs"  # the suites with a renderer (EnvSpec.render)
+    require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
     if (mesh := algo.mesh) is None:  # the fewest devices that spread the seeds most evenly
         per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
         devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
@@ -960,8 +983,9 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
         if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
             kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
             sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
-        evals = {}  # at each --eval-frequency and at the end, every seed's mean return
-        if step == total or every and step // every > began // every:
+        evals, due = {}, step == total or every and step // every > began // every  # an evaluation point
+        failed = evaluate.exception() if due or evaluate.done() else None  # its compile (in a thread) failed
+        if due and failed is None:  # every seed's mean return
             evaluation = evaluate.result()(state)
             evals["eval/episodic_return"] = to_host(evaluation.returns).astype(np.float64).mean(-1)  # [slots]
         for i, logger in enumerate(loggers):
@@ -975,15 +999,23 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
         line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
         evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
         say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
-        if to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks:  # a signal to any process
+        signalled = to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks  # to any process
+        if signalled or failed is not None:  # this chunk's logs and checkpoints are written: a resume goes on
             for logger in loggers:
                 logger.close()
+            if failed is not None:
+                sys.exit(cannot_evaluate(failed, step))
             command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
             say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
             sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
     steps, took = total - at_start, time.perf_counter() - start
     say(f"trained {steps:,} steps x {num_seeds} seed(s) in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
     return state, loggers, evaluation
+
+
+def cannot_evaluate(error: BaseException, step: int) -> str:  # the line a run exits with, checkpoints kept
+    detail = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+    return f"error: the evaluation does not compile ({detail}); stopped at step {step:,}"
 
 
 class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
@@ -1063,10 +1095,12 @@ def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     return {"returns": returns.tolist(), "lengths": np.asarray(lengths).tolist(), **stats}
 
 
-def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callable, evaluation: Any) -> None:
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future, evaluation: Any) -> None:
     """Write each seed's eval.json, plot, model and video, from the evaluation at the training's end."""
     algo, args, step = run.algo, run.args, run.algo.num_iterations * run.algo.env_steps_per_iteration
-    result = to_host(evaluate(state) if evaluation is None else evaluation)
+    if evaluation is None and evaluate.exception():  # a finished run resumed evaluates again (same bits)
+        sys.exit(cannot_evaluate(evaluate.exception(), step))
+    result = to_host(evaluate.result()(state) if evaluation is None else evaluation)
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
     for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
@@ -1079,7 +1113,8 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Callabl
         if models is not None:  # --save-model
             (run_dir / f"{args.exp_name}.flax").write_bytes(to_bytes(seed_slice(models, i)))
         if args.capture_video:
-            write_video(run_dir / "videos", algo, args.env_id, seed_slice(result.first_episode, i), summary)
+            (run_dir / "videos").mkdir(exist_ok=True)
+            algo.env.render(seed_slice(result.first_episode, i), summary["lengths"][0], run_dir / "videos")
         mean, std = summary["mean"], summary["std"]
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
@@ -1110,23 +1145,16 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
 
 
-def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summary: dict[str, Any]) -> None:
-    """videos/eval.gif of evaluation episode 0, or videos/eval.html (Brax's viewer) for a Brax env."""
+def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, folder: Path) -> None:
+    """videos/eval.gif: a MinAtar grid, or gymnasium's classic-control renderer (pygame), at each state."""
     from PIL import Image
 
-    folder.mkdir(parents=True, exist_ok=True)
-    length = summary["lengths"][0]
-    if env_id.startswith("brax/"):
-        from brax.io import html
-
-        states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
-        return (folder / "eval.html").write_text(html.render(algo.env.env.sys, states))
     states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), episode) for t in range(length)]
     if env_id.endswith("MinAtar"):
         import matplotlib
 
         colours = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
-        grids = [np.asarray(algo.env.env.get_obs(s, algo.env.params)) for s in states]  # [10, 10, C] 0/1
+        grids = [np.asarray(env.get_obs(s, params)) for s in states]  # [10, 10, C] 0/1
         channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
         frames = [np.kron(colours[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
     else:
@@ -1137,7 +1165,7 @@ def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summar
 
         gym_env = gymnasium.make(env_id, render_mode="rgb_array")
         gym_env.reset(seed=0)
-        set_gym_params(gym_env.unwrapped, env_id, algo.env.params)
+        set_gym_params(gym_env.unwrapped, env_id, params)
         frames = []
         for state in states:
             gym_env.unwrapped.state = get_gym_state(state, env_id)
@@ -1150,6 +1178,13 @@ def write_video(folder: Path, algo: Algorithm, env_id: str, episode: Any, summar
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
     images[0].save(folder / "eval.gif", save_all=True, append_images=images[1:], duration=1000 // 30, loop=0)
+
+
+def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # videos/eval.html, its viewer
+    from brax.io import html
+
+    states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+    (folder / "eval.html").write_text(html.render(system, states))
 
 
 def main() -> None:
@@ -1181,7 +1216,7 @@ def main() -> None:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    finish_run(run, state, loggers, evaluate.result(), evaluation)
+    finish_run(run, state, loggers, evaluate, evaluation)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,679 @@
+# ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
+# Its map: Environments (the suites' table, ENV_SUITES) | the Algorithm, the flags, JAX's start | run
+# directories and checkpoints | the compiled programs | the driver | evaluation and outputs | main. A step
+# is one env step of every env; an iteration runs between two logged points; a chunk is several compiled
+# as one program, between which the driver logs, checkpoints and evaluates. docs/harness.md is its page
+# (the contract with the algorithm above); its one source is the repository's tests/harness.py.
+
+import atexit
+import contextlib
+import gc
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import types
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, fields
+
+import tyro
+from flax.serialization import from_bytes, to_bytes
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.proto.summary_pb2 import Summary
+
+
+# --- Environments: a table of suites, each seen through gymnax's API --------------------------
+class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
+    obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
+    state: Any  # the envs' state [N]
+    reward: jax.Array  # [N]
+    terminated: jax.Array  # [N] bool: the MDP ended
+    truncated: jax.Array  # [N] bool: the time limit cut the episode
+    final_obs: jax.Array  # [N, *obs_shape] the observation reached (info["final_observation"])
+
+
+def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md, Brax)."""
+    out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
+    return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+class EnvSpec(NamedTuple):  # an environment, and what the networks and the harness need to know of it
+    env: Any  # a gymnax Environment: reset(key, params), step(key, state, action, params)
+    params: Any  # its EnvParams (max_steps_in_episode: the time limit)
+    obs_shape: tuple[int, ...]  # as the env gives them, e.g. [H, W, C] for MinAtar
+    discrete: bool
+    action_dim: int  # A: the discrete actions, or the dimensions of a Box
+    action_low: np.ndarray  # [A] (empty for discrete actions)
+    action_high: np.ndarray  # [A]
+    binary_obs: bool = False  # every observation entry is 0 or 1 (MinAtar's channels), so uint8 holds it
+    step: Callable[..., EnvStep] = reset_every_step  # (spec, keys [N, 2], state, action) -> N envs' step
+    render: Callable[[Any, int, Path], None] | None = None  # (states [T_max], length, folder) writes a video
+
+
+def make_env(env_id: str) -> EnvSpec:
+    """The EnvSpec of an id, built by the suite in ENV_SUITES whose prefix it starts with (the longest)."""
+    prefix = max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
+    return ENV_SUITES[prefix](env_id.removeprefix(prefix))
+
+
+def env_spec(env: Any, params: Any, **suite: Any) -> EnvSpec:
+    """The EnvSpec of any gymnax Environment instance and its params; suite: EnvSpec's defaulted fields."""
+    space = env.action_space(params)
+    discrete = hasattr(space, "n")  # a gymnax spaces.Discrete: n actions (a Box has a shape)
+    action_dim = int(space.n) if discrete else math.prod(space.shape)
+    box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
+    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    obs_shape = tuple(env.observation_space(params).shape)
+    return EnvSpec(env, params, obs_shape, discrete, action_dim, *bounds, **suite)
+
+
+def gymnax_suite(env_id: str) -> EnvSpec:
+    import gymnax  # imported here: it starts JAX, which start_jax configures first
+
+    known, suites = gymnax.registered_envs, ", ".join(f"{p}<name>" for p in ENV_SUITES if p)
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}; "
+            f"other suites: {suites}")  # fmt: skip
+    (env, params), minatar = gymnax.make(env_id), env_id.endswith("MinAtar")
+    drawn = minatar or env_id in CLASSIC_CONTROL  # MinAtar's grid, or gymnasium's renderer
+    render = functools.partial(draw_gymnax, env_id, env, params) if drawn else None
+    return env_spec(env, params, binary_obs=minatar, render=render)
+
+
+def brax_suite(name: str) -> EnvSpec:
+    """Brax's task (its MuJoCo-faithful backend) as a gymnax env, built on the raw env: create's wrappers
+    fold the time limit into done and restart from a cached state, overwriting the final observation."""
+    require(importlib.util.find_spec("brax"), "Brax is not installed: pip install 'brax>=0.14.2,<0.15'")
+    with contextlib.redirect_stdout(None):  # mujoco prints that its optional warp backend is missing
+        from brax import envs
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
+    require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    raw = envs.get_environment(name)
+
+    @struct.dataclass
+    class BraxState(environment.EnvState):
+        brax: Any  # brax.envs.State: the physics state, obs, reward, done (its termination alone)
+
+    class BraxEnv(environment.Environment):
+        action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
+        observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, BraxState]:
+            state = raw.reset(key)
+            return state.obs, BraxState(time=0, brax=state)
+
+        def step_env(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any) -> tuple:
+            brax = raw.step(state.brax, action)
+            return brax.obs, BraxState(time=state.time + 1, brax=brax), brax.reward, brax.done > 0, {}
+
+    params = environment.EnvParams(max_steps_in_episode=1000)
+    return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
+
+
+# The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
+# adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe).
+ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {"": gymnax_suite, "brax/": brax_suite}
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], the envs' state [N]."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """One step of N envs (keys [N, 2]; state, action [N, ...]), each reset where its episode ended."""
+    return spec.step(spec, keys, state, action)
+
+
+class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
+
+
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
+
+
+# --- The Algorithm, the flags, JAX's start ----------------------------------------------------
+class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gives it to the harness
+    name: str
+    sizes: NamedTuple  # the derived sizes, written to args.json
+    env: EnvSpec  # for the evaluation episodes and the video
+    num_iterations: int
+    env_steps_per_iteration: int  # env steps of one iteration, per seed
+    init: Callable[[jax.Array], Any]  # key -> the state of one seed
+    iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
+    metric_tags: dict[str, str]  # metrics field (a scalar per iteration) -> tag; episodic_return among them
+    model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
+    act: Callable[..., Any]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]; with act_init, below
+    mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
+    state_specs: Callable[[Any], Any] | None = None  # with a mesh: state -> a PartitionSpec per leaf
+    chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
+    # a recurrent policy: (model, E) -> its carry at the start; act is then (model, obs, carry) -> (a, carry)
+    act_init: Callable[[Any, int], Any] | None = None
+
+
+# Flags of the machine a run happens to run on, never read back from a run's args.json; a script's own
+# (ppo_multigpu's --distributed, ...) are its Args.machine_flags.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
+# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
+RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
+    "capture_video", "save_model", *getattr(Args, "resume_may_change", ())}  # fmt: skip
+EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
+
+
+class ArgsError(ValueError): ...  # a bad flag's value: reported in one line, exit status 2, before compiling
+
+
+def require(condition: Any, message: str) -> None:  # every check of a flag raises ArgsError through it
+    if not condition:
+        raise ArgsError(message)
+
+
+def require_positive(args: Args, *names: str, at_least: int = 1) -> None:
+    for name in names:
+        value, what = getattr(args, name), "a positive integer" if at_least else ">= 0"
+        require(value >= at_least, f"--{name.replace('_', '-')} must be {what}, got {value}")
+
+
+class Deferred(types.ModuleType):  # in sys.modules for a module: imports it when an attribute is read
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def start_jax(args: Args) -> None:
+    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
+    if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk, all of them
+        jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
+            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
+
+
+# Several processes (ppo_multigpu --distributed); with one, these are trivial. Process 0 alone writes the
+# run directories and prints (say); to_host gathers every process's arrays [n, ...] to [processes * n, ...].
+is_main_process = lambda: jax.process_index() == 0
+say = lambda text: print(text, flush=True) if is_main_process() else None
+to_host = lambda tree: (
+    multihost_utils.process_allgather(tree, tiled=True) if jax.process_count() > 1 else jax.device_get(tree)
+)
+
+
+# --- Run directories and checkpoints -------------------------------------------------------------
+class Run(NamedTuple):  # one training of all seeds: what it writes where, how its seeds lie on the devices
+    args: Args
+    algo: Algorithm
+    seeds: list[int]
+    dirs: list[Path]  # one run directory per seed
+    iterations_per_chunk: int
+    num_chunks: int  # every chunk has work; only the last may be partly masked
+    mesh: Mesh  # its axis "seeds" splits the seeds over the devices
+    slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
+
+
+def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks): at most num_chunks chunks, every one with work."""
+    per_chunk = math.ceil(num_iterations / min(num_chunks, num_iterations))
+    return per_chunk, math.ceil(num_iterations / per_chunk)
+
+
+def args_from_json(path: Path) -> Args:
+    saved = json.loads(path.read_text())
+    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
+
+
+def resume_args(given: Args) -> Args:
+    """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
+    if given.resume is None:
+        return given
+    record = Path(given.resume) / "args.json"
+    require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
+    args, defaults = args_from_json(record), Args()
+    for name in (f.name for f in fields(Args)):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
+            setattr(args, name, value)
+        flag = f"--{name.replace('_', '-')} {value}"
+        ok = name in RESUME_MAY_CHANGE or value in (default, before)
+        require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
+    return args
+
+
+def open_run(args: Args) -> Run:
+    """Check the flags; make the run directories (one per seed, each with its args.json) or find them."""
+    require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
+    require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
+    if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
+        import wandb
+
+        try:
+            wandb.login(verify=False)  # offline and disabled modes need no key
+        except wandb.errors.UsageError as error:
+            raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
+    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
+    drawn = "classic-control, MinAtar and Brax envs"  # the suites with a renderer (EnvSpec.render)
+    require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
+    if (mesh := algo.mesh) is None:  # the fewest devices that spread the seeds most evenly
+        per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
+        devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
+        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
+    slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
+    num_chunks = max(args.num_chunks, math.ceil(total / args.eval_frequency) if args.eval_frequency else 0)
+    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
+    if args.resume is not None:  # found through args.json, whatever the directories are called now
+        record = json.loads((Path(args.resume) / "args.json").read_text())
+        dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
+        dirs[seeds.index(record["run_seed"])] = Path(args.resume)
+        missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
+        require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
+        return run._replace(dirs=dirs)
+    stamp = int(to_host(np.array([int(time.time())]))[0])  # process 0's
+    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    dirs = [Path(args.output_dir) / name for name in names]
+    for seed, name, run_dir in zip(seeds, names, dirs, strict=True):
+        record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
+        if is_main_process():
+            run_dir.mkdir(parents=True)
+            (run_dir / "args.json").write_text(json.dumps(record | {"sizes": algo.sizes._asdict()}, indent=2))
+    return run._replace(dirs=dirs)
+
+
+def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
+    """checkpoints/step_{global_step}.msgpack, written atomically (renamed into place); two are kept."""
+    path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
+    path.parent.mkdir(exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(to_bytes({"iterations": iterations_done, "state": state_of_seed}))
+    os.replace(temporary, path)
+    for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
+        old.unlink()
+
+
+def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
+    """(iterations done, the state of one seed); ValueError when the file does not read as one."""
+    try:
+        restored = from_bytes({"iterations": 0, "state": template}, path.read_bytes())
+    except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
+        raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
+        raise ValueError(f"{path}: its arrays do not fit this run's state")
+    return int(restored["iterations"]), restored["state"]
+
+
+def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
+    if run.args.resume is None:
+        return 0, None
+    template, errors = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)), []
+    for name in sorted({p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]:
+        try:
+            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
+            return loaded[0][0], [state for _, state in loaded]
+        except ValueError as error:
+            errors.append(str(error))
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'none found'}")
+
+
+# --- The compiled programs: init, one chunk, the evaluation ----------------------------------
+# [S, ...] -> [slots, ...], repeating the seeds; leaves [S, ...] -> seed i's
+pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
+
+
+def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), **jit: Any) -> Any:
+    """jit(vmap(per_seed)) over the mesh's "seeds" axis (one seed: unbatched), at XLA level `level`."""
+    lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # a vmapped batch of one trains slower on XLA CPU
+    row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
+    unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
+    program = unbatched if lone else jax.vmap(per_seed, axes, spmd_axis_name="seeds")
+    lowered = jax.jit(program, **jit).lower(*inputs)
+    return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
+
+
+def initial_state(run: Run, restored: list[Any] | None) -> Any:
+    """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh."""
+    shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by seed
+    if run.algo.state_specs:  # the seed axis, then each leaf's spec (from the state's shapes: init traced)
+        specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
+        seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
+        shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    if restored is None:  # with strong types, as a restored state has them: a resume reruns the same program
+        keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
+        init = lambda key: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), run.algo.init(key))
+        return seeds_program(init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
+    host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
+    return jax.device_put(host, shardings)  # every process holds the same host arrays
+
+
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
+    """per_chunk iterations of one seed from iteration `first`, their logged metrics [per_chunk] each; those
+    past the end (last chunk) are skipped, their metrics NaN. first is not batched over seeds, so the skip
+    stays a real branch. Logged is known without tracing the iteration twice (eval_shape would)."""
+    Logged = NamedTuple("Logged", [(name, jax.Array) for name in algo.metric_tags])  # each float32 []
+
+    def iterate(s: Any, index: jax.Array) -> tuple[Any, Any]:
+        s, metrics = algo.iteration(s, index)
+        return s, Logged(*(jnp.asarray(getattr(metrics, name), jnp.float32) for name in Logged._fields))
+
+    skip = lambda s, index: (s, Logged(*[jnp.float32(jnp.nan)] * len(Logged._fields)))
+    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
+    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
+
+
+def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
+    """jit(vmap(run_chunk)), compiled once for every chunk (its state not donated: slower on XLA CPU)."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
+    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
+    jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
+    level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
+    compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), **jit)
+    steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
+    where = f"{steps:,} env steps per seed, {len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+    say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
+    return compiled
+
+
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
+    """state -> every seed's deterministic evaluation, leaves [slots, ...]."""
+    key = jax.random.PRNGKey(EVAL_SEED)
+    evaluate = lambda s: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
+    return seeds_program(evaluate, (state,), RUNS_ONCE)
+
+
+# --- The driver: chunks, and the outputs written between them ----------------------------------
+def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
+    """The chunks from iteration `done`. While one runs, the driver writes out the one before (non-finite
+    check, logs, checkpoints, evaluations, progress), or exits on a stop signal (a resume reruns the next)."""
+    algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
+    per_iteration, tags, num_seeds = algo.env_steps_per_iteration, algo.metric_tags.items(), len(run.seeds)
+    total, at_start = algo.num_iterations * per_iteration, done * per_iteration
+    loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done))  # done ends a chunk (a finished run's: all its iterations skip)
+    evaluation = None  # the latest one: the training's end (none when a finished run is resumed)
+    for index in range(math.ceil(done / per_chunk), run.num_chunks):  # a finished run's last may be short
+        (state, metrics), first = in_flight, index * per_chunk
+        if index + 1 < run.num_chunks:
+            in_flight = chunk(state, np.int32(first + per_chunk))
+        num_valid = min(per_chunk, algo.num_iterations - first)
+        # [S, I]: the real seeds (not the padding), the iterations that ran
+        metrics = jax.tree.map(lambda x: x[:num_seeds, :num_valid], to_host(metrics))  # noqa: B023
+        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+        host_state, began, step = to_host(state), first * per_iteration, (first + num_valid) * per_iteration
+        if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+            kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+            sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
+        evals, due = {}, step == total or every and step // every > began // every  # an evaluation point
+        failed = evaluate.exception() if due or evaluate.done() else None  # its compile (in a thread) failed
+        if due and failed is None:  # every seed's mean return
+            evaluation = evaluate.result()(state)
+            evals["eval/episodic_return"] = to_host(evaluation.returns).astype(np.float64).mean(-1)  # [slots]
+        for i, logger in enumerate(loggers):
+            rows = [{tag: float(getattr(metrics, m)[i, j]) for m, tag in tags} for j in range(num_valid)]
+            rows[-1] |= {"charts/SPS": sps} | {tag: float(x[i]) for tag, x in evals.items()}  # once per chunk
+            logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
+            save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
+        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
+        latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
+        bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
+        line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
+        evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
+        say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
+        signalled = to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks  # to any process
+        if signalled or failed is not None:  # this chunk's logs and checkpoints are written: a resume goes on
+            for logger in loggers:
+                logger.close()
+            if failed is not None:
+                sys.exit(cannot_evaluate(failed, step))
+            command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+            say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+            sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    steps, took = total - at_start, time.perf_counter() - start
+    say(f"trained {steps:,} steps x {num_seeds} seed(s) in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
+    return state, loggers, evaluation
+
+
+def cannot_evaluate(error: BaseException, step: int) -> str:  # the line a run exits with, checkpoints kept
+    detail = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+    return f"error: the evaluation does not compile ({detail}); stopped at step {step:,}"
+
+
+class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
+    def __init__(self, run_dir: Path, args: Args, resume_step: int):
+        self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
+        if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
+            lines = self.jsonl.read_text().splitlines(keepends=True)
+            self.jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resume_step))
+        # tensorboardX's event file, written in this thread (SummaryWriter pickles each event to another)
+        self.events = EventsWriter(f"{run_dir}/events")
+        if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
+            self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
+        if args.track:  # the same wandb run after a resume, whatever the directory is called now
+            import wandb
+
+            record = json.loads((run_dir / "args.json").read_text())
+            name, project, entity = record["run_name"], args.wandb_project_name, args.wandb_entity
+            self.wandb_run = wandb.init(project=project, entity=entity, name=name, id=name, resume="allow",
+                                        reinit="create_new", dir=str(run_dir), config=record)  # fmt: skip
+
+    def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out; flush them to disk."""
+        with open(self.jsonl, "a") as jsonl:
+            for step, values in rows:
+                values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+                if not values:
+                    continue
+                summary = Summary(value=[Summary.Value(tag=tag, simple_value=x) for tag, x in values.items()])
+                self.events.write_event(Event(wall_time=time.time(), step=step, summary=summary))
+                jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
+                if self.wandb_run is not None:
+                    self.wandb_run.log({**values, "global_step": step})
+        self.events.flush()
+
+    def close(self) -> None:
+        self.events.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+# --- Evaluation and the outputs of a finished run ----------------------------------------------
+class Evaluation(NamedTuple):  # E evaluation episodes: the carry of their scan, then its result
+    env_state: Any  # [E]
+    obs: jax.Array  # [E, *obs_shape]
+    returns: jax.Array  # [E] the return of each episode
+    lengths: jax.Array  # [E]
+    running: jax.Array  # [E] bool: the episode has not ended yet
+    key: jax.Array
+    policy: Any  # act's carry (a recurrent policy's hidden state), or None
+    first_episode: Any = None  # gymnax EnvState [T_max]: episode 0's states, for the video (the result's)
+
+
+def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> Evaluation:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
+    zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
+    running = jnp.ones(num_episodes, bool)
+    carry = Evaluation(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy)
+
+    def eval_step(c: Evaluation, _: None) -> tuple[Evaluation, Any]:
+        key, step_key = jax.random.split(c.key)
+        action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
+        running = c.running & ~(out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        first_episode = seed_slice(c.env_state, 0)  # episode 0's state, for the video
+        return Evaluation(out.state, out.obs, returns, lengths, running, key, policy), first_episode
+
+    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
+    return carry._replace(first_episode=first_episode)
+
+
+def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    returns = np.asarray(returns, np.float64)
+    stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
+    return {"returns": returns.tolist(), "lengths": np.asarray(lengths).tolist(), **stats}
+
+
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future, evaluation: Any) -> None:
+    """Write each seed's eval.json, plot, model and video, from the evaluation at the training's end."""
+    algo, args, step = run.algo, run.args, run.algo.num_iterations * run.algo.env_steps_per_iteration
+    if evaluation is None and evaluate.exception():  # a finished run resumed evaluates again (same bits)
+        sys.exit(cannot_evaluate(evaluate.exception(), step))
+    result = to_host(evaluate.result()(state) if evaluation is None else evaluation)
+    models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
+    for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
+        summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
+        logger.close()
+        points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
+        curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
+        summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
+        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
+        if models is not None:  # --save-model
+            (run_dir / f"{args.exp_name}.flax").write_bytes(to_bytes(seed_slice(models, i)))
+        if args.capture_video:
+            (run_dir / "videos").mkdir(exist_ok=True)
+            algo.env.render(seed_slice(result.first_episode, i), summary["lengths"][0], run_dir / "videos")
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+
+
+def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
+    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was."""
+    args = args_from_json(Path(run_dir) / "args.json")
+    algo = make_algorithm(args)
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    evaluate = functools.partial(evaluate_episodes, algo, episodes or args.eval_episodes)
+    result = jax.jit(evaluate)(model, jax.random.PRNGKey(seed))
+    return eval_summary(result.returns, result.lengths)
+
+
+def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
+    """episodic_return.png: the training return (and any evaluation return) against env steps."""
+    from matplotlib.figure import Figure  # drawn straight to a file: no pyplot, no backend to choose
+
+    ax = (fig := Figure(figsize=(6, 4), layout="tight")).subplots()
+    for tag in ("charts/episodic_return", "eval/episodic_return"):
+        curve = [(p["global_step"], p[tag]) for p in points if tag in p]
+        marker = "o" if tag.startswith("eval") else None  # evaluations are few: each one shows
+        ax.plot(*zip(*curve, strict=True), label=tag.replace("charts", "training"), marker=marker)
+    ax.set(xlabel="environment steps", ylabel="episodic return", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(run_dir / "episodic_return.png", dpi=100)
+
+
+def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, folder: Path) -> None:
+    """videos/eval.gif: a MinAtar grid, or gymnasium's classic-control renderer (pygame), at each state."""
+    from PIL import Image
+
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), episode) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        colours = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
+        grids = [np.asarray(env.get_obs(s, params)) for s in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        frames = [np.kron(colours[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    else:
+        for driver in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # pygame draws off-screen, and plays no sound
+            os.environ.setdefault(driver, "dummy")
+        import gymnasium
+        from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+        gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+        gym_env.reset(seed=0)
+        set_gym_params(gym_env.unwrapped, env_id, params)
+        frames = []
+        for state in states:
+            gym_env.unwrapped.state = get_gym_state(state, env_id)
+            if env_id == "Pendulum-v1":  # the torque arrow
+                gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+            frames.append(gym_env.render())
+        gym_env.close()
+    # one palette for every frame: PIL would search one per frame, seconds per video
+    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
+    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
+    images[0].save(folder / "eval.gif", save_all=True, append_images=images[1:], duration=1000 // 30, loop=0)
+
+
+def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # videos/eval.html, its viewer
+    from brax.io import html
+
+    states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+    (folder / "eval.html").write_text(html.render(system, states))
+
+
+def main() -> None:
+    """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
+    atexit.register(gc.freeze)
+    args = tyro.cli(Args)
+    start_jax(args)
+    try:  # every bad input is reported here, in one line, before anything compiles
+        run = open_run(resume_args(args))
+        done, restored = restore_checkpoints(run)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    stop: list[int] = []  # Ctrl-C / SIGTERM while training: finish the chunk, checkpoint, exit
+
+    def remember(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:  # the evaluation compiles, and the plot's matplotlib imports, in a thread while the chunks run
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            state = initial_state(run, restored)
+            chunk = compile_chunk(run, state)
+            evaluate = pool.submit(compile_evaluate, run, state)
+            pool.submit(importlib.import_module, "matplotlib.figure")
+            state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    finish_run(run, state, loggers, evaluate, evaluation)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Write the run harness's one source, tests/harness.py, below the banner of every script.
+
+    python tests/sync_harness.py           # rewrite every vibe_rl/*.py from its banner line to its end
+    python tests/sync_harness.py --check   # write nothing; exit 1 naming each script that differs
+
+The harness is the part of a script below the line that contains BANNER: the same text in every
+script, so each file stands alone. A maintainer edits tests/harness.py (which starts with that
+line), runs this command, and commits the source and the scripts together; docs/harness.md is its page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "tests" / "harness.py"
+BANNER = "identical in every vibe_rl script"
+
+
+def scripts() -> list[Path]:
+    return sorted(p for p in (ROOT / "vibe_rl").glob("*.py") if p.name != "__init__.py")
+
+
+def synced(script: str, harness: str) -> str:
+    """The script's text up to its banner line, then the harness (which starts with that line)."""
+    lines = script.splitlines(keepends=True)
+    banners = [i for i, line in enumerate(lines) if BANNER in line]
+    if len(banners) != 1:
+        raise ValueError(f"the banner ({BANNER!r}) appears {len(banners)} times, not once")
+    return "".join(lines[: banners[0]]) + harness
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a script differs")
+    check = parser.parse_args(argv).check
+    harness = SOURCE.read_text()
+    if BANNER not in harness.splitlines()[0]:
+        print(f"{SOURCE.relative_to(ROOT)}: its first line must be the banner", file=sys.stderr)
+        return 1
+    differ = []
+    for path in scripts():
+        text = path.read_text()
+        try:
+            new = synced(text, harness)
+        except ValueError as error:
+            print(f"{path.relative_to(ROOT)}: {error}", file=sys.stderr)
+            return 1
+        if new == text:
+            continue
+        differ.append(str(path.relative_to(ROOT)))
+        if not check:
+            temporary = path.with_name(path.name + ".tmp")
+            temporary.write_text(new)
+            temporary.replace(path)  # atomic: an editor or a test never reads half a script
+    if check and differ:
+        print(f"harness differs from tests/harness.py in: {', '.join(differ)}", file=sys.stderr)
+        print("run: python tests/sync_harness.py", file=sys.stderr)
+        return 1
+    print(f"{'differ' if check else 'rewrote'}: {', '.join(differ) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The run harness as a maintainer changes it: one source written into every script, the table of
+environment suites, and a run whose evaluation cannot compile."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import sync_harness
+from _helpers import (
+    ROOT,
+    ConstantRewardProbe,
+    exit_of_main,
+    load_script,
+    only_run_dir,
+    read_jsonl,
+    session_cache,
+)
+
+TINY = ["--num-envs", "4", "--num-steps", "16", "--eval-episodes", "2"]
+
+
+def test_a_one_line_edit_of_the_source_reaches_every_script(tmp_path):
+    """On a copy of the repository: --check finds the edit, the command writes it into all eight
+    scripts, and --check is then content."""
+    shutil.copytree(ROOT / "vibe_rl", tmp_path / "vibe_rl")
+    (tmp_path / "tests").mkdir()
+    for name in ("harness.py", "sync_harness.py"):
+        shutil.copy(ROOT / "tests" / name, tmp_path / "tests" / name)
+    source = tmp_path / "tests" / "harness.py"
+    edited = "EVAL_SEED = 2**31 - 2  # an edit,"
+    source.write_text(source.read_text().replace("EVAL_SEED = 2**31 - 1 ", edited, 1))
+    command = [sys.executable, str(tmp_path / "tests" / "sync_harness.py")]
+    sync = lambda *flags: subprocess.run([*command, *flags], capture_output=True, text=True)
+    check = sync("--check")
+    assert check.returncode == 1 and "run: python tests/sync_harness.py" in check.stderr
+    assert sync().returncode == 0
+    assert sync("--check").returncode == 0
+    scripts = sorted(p for p in (tmp_path / "vibe_rl").glob("*.py") if p.name != "__init__.py")
+    assert len(scripts) == 8
+    for script in scripts:
+        text = script.read_text()
+        assert edited in text and text.endswith(source.read_text())
+        before = (ROOT / "vibe_rl" / script.name).read_text()
+        assert text.split(sync_harness.BANNER)[0] == before.split(sync_harness.BANNER)[0]  # the algorithm
+
+
+def test_a_suite_registered_in_the_table_trains_from_the_command_line(tmp_path, monkeypatch, capsys):
+    """A tiny suite, probe/<name>, is one entry of ENV_SUITES: its builder returns the EnvSpec, with
+    its own way to step and reset the envs. A script trains on it from its command line, and its
+    step function is the one the training and the evaluation call."""
+    module, traced = load_script("ppo_jax_scan"), []
+
+    def step_and_count(spec: Any, keys: Any, state: Any, action: Any) -> Any:
+        traced.append(action.shape)  # once per trace: the rollout's and the evaluation's
+        return module.reset_every_step(spec, keys, state, action)
+
+    def probe_suite(name: str) -> Any:
+        module.require(name == "constant", f"--env-id probe/{name} is not a probe; valid: probe/constant")
+        env = ConstantRewardProbe()
+        return module.env_spec(env, env.default_params, step=step_and_count)
+
+    monkeypatch.setitem(module.ENV_SUITES, "probe/", probe_suite)
+    budget = [*TINY, "--total-timesteps", str(64 * 4), "--num-chunks", "2", "--output-dir", str(tmp_path)]
+    monkeypatch.setattr(
+        sys, "argv", ["ppo_jax_scan.py", "--env-id", "probe/constant", *budget, *session_cache()]
+    )
+    module.main()
+    run_dir = only_run_dir(tmp_path)
+    assert run_dir.name.startswith("probe-constant__ppo_jax_scan__1__")
+    rows = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
+    assert [p["global_step"] for p in rows] == [64, 128, 192, 256]
+    assert (run_dir / "eval.json").is_file() and (run_dir / "episodic_return.png").is_file()
+    assert (4,) in traced and (2,) in traced  # the training's 4 envs, the evaluation's 2 episodes
+    code, err = exit_of_main(module, ["--env-id", "probe/nope", *TINY], monkeypatch, capsys)
+    assert code == 2 and err.strip().endswith("--env-id probe/nope is not a probe; valid: probe/constant")
+
+
+def test_an_id_without_a_suite_prefix_names_the_suites(monkeypatch, capsys):
+    module = load_script("dqn_jax")
+    code, err = exit_of_main(module, ["--env-id", "Nope-v0"], monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "is not a gymnax environment" in err and "other suites: brax/<name>" in err
+
+
+def test_minatar_says_its_observations_are_binary_and_classic_control_is_drawn():
+    module = load_script("dqn_jax")
+    breakout, cartpole = module.make_env("Breakout-MinAtar"), module.make_env("CartPole-v1")
+    assert breakout.binary_obs and breakout.render is not None
+    assert not cartpole.binary_obs and cartpole.render is not None
+    assert module.make_env("DeepSea-bsuite").render is None
+
+
+def test_a_run_whose_evaluation_cannot_compile_stops_at_the_first_chunk_boundary(
+    tmp_path, monkeypatch, capsys
+):
+    """The evaluation compiles in a thread beside the chunks. If that compile fails, the run stops at
+    the first chunk boundary after it, in one line, with that chunk's logs and checkpoint written: a
+    resume does not redo a chunk, and no checkpoint waits for an evaluation."""
+    module = load_script("ppo_jax_scan")
+
+    def failing_compile(run: Any, state: Any) -> Any:
+        raise RuntimeError("INTERNAL: the evaluation's program does not compile\nsecond line of XLA's text")
+
+    monkeypatch.setattr(module, "compile_evaluate", failing_compile)
+    budget = [*TINY, "--total-timesteps", str(64 * 8), "--num-chunks", "4", "--output-dir", str(tmp_path)]
+    code, err = exit_of_main(module, budget, monkeypatch, capsys)
+    assert code != 0 and code is not None
+    message = str(code)
+    assert message.startswith(
+        "error: the evaluation does not compile (RuntimeError: INTERNAL: the evaluation's"
+    )
+    assert "\n" not in message and "second line" not in message
+    run_dir = only_run_dir(tmp_path)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.msgpack"))
+    assert checkpoints == [f"step_{128:012d}.msgpack"]  # the first chunk's, and no later one
+    rows = [p["global_step"] for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
+    assert rows == [64, 128]
+    assert not (run_dir / "eval.json").exists()
+    monkeypatch.undo()  # the evaluation compiles again: the resume goes on from the checkpoint
+    resumed = exit_of_main_or_none(module, ["--resume", str(run_dir)], monkeypatch)
+    assert resumed is None
+    rows = [p["global_step"] for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
+    assert rows == list(range(64, 64 * 9, 64))  # each step once
+    assert (run_dir / "eval.json").is_file()
+
+
+def exit_of_main_or_none(module: Any, flags: list[str], monkeypatch: Any) -> Any:
+    """Run main() with FLAGS; None when it returns, else its exit code."""
+    monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags, *session_cache()])
+    try:
+        module.main()
+    except SystemExit as exit_info:
+        return exit_info.code
+    return None
