@@ -20,11 +20,15 @@ How to read this file:
          envs), GAE, then update_epochs of `sgd_epoch` over shuffled minibatches.
          `make_train(args)` returns the whole training as one pure function train(key).
     6    the evaluation policy, and `make_algorithm`: PPO as the run harness sees it.
-    The algorithm calls a few helpers of the run harness (below the banner): make_env (an
-    EnvSpec: a gymnax or Brax env and its spaces), reset_envs and step_envs (gymnax's reset and
-    step for N envs), Conv3x3 (nn.Conv, computed as im2col), one_seed_at_a_time (the init under
-    vmap), require and require_positive (a flag's check). The rest of the harness (run
-    directories, logs, checkpoints, resume) is shared word for word: stop reading there.
+    Shape letters, the same in every vibe_rl script: T steps of a rollout, N envs, B a
+    minibatch (T*N / M samples), M minibatches, A actions (the number of discrete ones, or the
+    dimensions of a continuous one), E evaluation episodes, S seeds; obs_dim is named.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env (it
+    returns an EnvSpec, a gymnax or Brax env and its spaces), reset_envs and step_envs (gymnax's
+    reset and step for N envs), Conv3x3 (nn.Conv, computed as im2col for speed),
+    one_seed_at_a_time (the init under vmap), require and require_positive (a flag's check). The
+    rest of the harness (run directories, logs, checkpoints, resume) is shared word for word, so
+    stop reading there.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ class Args:
     hidden_size: int = 64
     """width of the two hidden layers of the actor and of the critic (cnn: of its dense layer)"""
     network: Literal["mlp", "cnn"] = "mlp"
-    """torso of actor and critic: mlp (flattened obs) or cnn (MinAtar images: 3x3 conv, then dense)"""
+    """torso of actor and critic: mlp (flattened obs), or cnn for MinAtar images (3x3 conv, then dense)"""
     mask_velocity: bool = False
     """CartPole-v1 without its velocities (a partially observed task: ppo_rnn_jax.py's contrast)"""
     normalize_obs: bool = False
@@ -140,15 +144,18 @@ def torso(obs: jax.Array, obs_shape: tuple[int, ...], width: int, network: str) 
     """[..., obs_dim] -> features [..., width]: two tanh layers, or the CNN; gains sqrt(2)."""
     if network == "mlp":
         return nn.tanh(dense(width, np.sqrt(2))(nn.tanh(dense(width, np.sqrt(2))(obs))))
-    # [PPO-19] The MinAtar paper's torso (Young & Tian 2019): a 3x3 convolution with 16 channels
-    # (valid padding), then a dense layer of `width`; ReLU.
-    image = obs.reshape(*obs.shape[:-1], *obs_shape)  # [..., H, W, C]
-    x = nn.relu(Conv3x3(16, orthogonal(np.sqrt(2)))(image))  # [..., H-2, W-2, 16]
+    # [PPO-19] image observations (MinAtar) get the MinAtar paper's torso (Young & Tian 2019): a
+    # 3x3 convolution with 16 channels (valid padding), then a dense layer of `width`; ReLU.
+    image = obs.reshape(*obs.shape[:-1], *obs_shape)  # [..., height, width, channels]
+    # Conv3x3 is nn.Conv computed as im2col, only for speed: 8.7x faster on XLA CPU
+    # (docs/benchmarks.md, "What the harness does for speed")
+    x = nn.relu(Conv3x3(16, orthogonal(np.sqrt(2)))(image))  # [..., height-2, width-2, 16]
     return nn.relu(dense(width, np.sqrt(2))(x.reshape(*x.shape[:-3], -1)))
 
 
 class Actor(nn.Module):
-    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution. [PPO-13] its own network."""
+    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution. [PPO-13] separate actor
+    and critic networks: this is the actor's own."""
 
     spec: EnvSpec
     hidden_size: int = 64
@@ -159,7 +166,7 @@ class Actor(nn.Module):
         x = torso(obs, self.spec.obs_shape, self.hidden_size, self.network)
         out = dense(self.spec.action_dim, 0.01)(x)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
         if self.spec.discrete:
-            return distrax.Categorical(logits=out)  # out: [..., K] logits
+            return distrax.Categorical(logits=out)  # out [..., A] are the logits
         # [PPO-14] state-independent log-std, a free parameter initialised to 0 (std 1)
         log_std = self.param("log_std", constant(0.0), (self.spec.action_dim,))
         return distrax.MultivariateNormalDiag(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
@@ -220,8 +227,8 @@ class Transition(NamedTuple):
     episode_length: jax.Array  # [N]
 
 
-class RolloutRandomness(NamedTuple):  # drawn before the rollout; its scan slices a step [N, ...]
-    action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
+class RolloutRandomness(NamedTuple):  # drawn before the rollout, for speed; its scan slices a step [N, ...]
+    action_noise: jax.Array  # [T, N, A] Gumbel (discrete) or standard normal (continuous)
     env_keys: jax.Array  # [T, N, 2] a key for each env's step
 
 
@@ -233,7 +240,7 @@ def rms_init(shape: tuple[int, ...]) -> RunningMeanStd:
 
 
 def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """Merge a batch x [K, *shape] into the running statistics (Chan et al. parallel update)."""
+    """Merge a batch x [num_samples, *shape] into the running statistics (Chan et al. parallel update)."""
     batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
     delta = batch_mean - rms.mean
     total = rms.count + batch_count
@@ -249,9 +256,9 @@ def normalize(x: jax.Array, rms: RunningMeanStd, enabled: bool) -> jax.Array:
     return jnp.clip((x - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
 
 
-# The done convention, used by compute_gae and by the rollout:
-#   terminated[t]: the episode truly ended at step t (the MDP stops): no bootstrap, the
-#                  value after it is 0.
+# The done convention, which compute_gae and the rollout follow.
+#   terminated[t]: the episode truly ended at step t (the MDP stops), so nothing is
+#                  bootstrapped and the value after it is 0.
 #   truncated[t]:  the time limit cut the episode at step t; the state it reached still
 #                  has a value, V(final_obs[t]), read before gymnax's auto-reset.
 #   Either way obs[t+1] is the first observation of a new episode, so the recursion of
@@ -273,7 +280,8 @@ def compute_gae(
     """
     next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
     # value of what followed step t inside the same episode
-    next_values = jnp.where(truncated, final_values, next_values)  # [PPO-18] time limits
+    # [PPO-18] a time limit is no termination: a truncated step bootstraps from V(final_obs)
+    next_values = jnp.where(truncated, final_values, next_values)
     next_values = jnp.where(terminated, 0.0, next_values)
     episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
     deltas = rewards + gamma * next_values - values  # [T, N]
@@ -339,9 +347,9 @@ def annealed_learning_rate(args: Args, iteration: jax.Array, num_iterations: int
 
 
 class Sizes(NamedTuple):  # the sizes derived from Args, in this one place (never command-line flags)
-    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
-    minibatch_size: int  # B / num_minibatches
-    num_iterations: int  # total_timesteps // B
+    batch_size: int  # T*N = num_steps * num_envs, the env steps of one iteration
+    minibatch_size: int  # B = T*N / M
+    num_iterations: int  # total_timesteps // (T*N)
 
 
 class Setup(NamedTuple):
@@ -368,13 +376,15 @@ def rollout_step(
     """Act once in the N environments. Parameters and observation statistics stay fixed."""
     args, spec = setup.args, setup.spec
     policy = setup.actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
+    # pi is sampled from the noise drawn ahead, for speed (see rollout)
     if spec.discrete:  # a sample of pi: argmax(logits + Gumbel noise), the Gumbel-max trick
         action = jnp.argmax(policy.logits + randomness.action_noise, axis=-1)  # [N]
     else:  # a sample of N(mean, std^2): mean + std * standard normal noise
         action = policy.loc + policy.scale_diag * randomness.action_noise  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
-    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)  # [PPO-1] N envs
+    # [PPO-1] vectorised environments: the one policy acts in all N envs at once
+    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)
     done = jnp.logical_or(step.terminated, step.truncated)  # [N]
     episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
@@ -401,23 +411,26 @@ def rollout_step(
 
 def rollout(setup: Setup, state: RunnerState) -> tuple[RunnerState, Transition]:
     """num_steps steps of the N envs: the trajectory [T, N, ...]."""
-    # The rollout's random numbers in one batched draw each: cheaper than T small draws.
+    # The rollout's random numbers come in one batched draw each, before its scan, only for speed:
+    # a draw in every step made the training 7% slower on CartPole and 13% on Pendulum on XLA CPU
+    # (docs/ppo_jax_scan.md, "Measured").
     key, action_key, env_key = jax.random.split(state.key, 3)
-    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, K or A]
+    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, A]
     draw = jax.random.gumbel if setup.spec.discrete else jax.random.normal
     randomness = RolloutRandomness(draw(action_key, shape), jax.random.split(env_key, shape[:2]))
     return jax.lax.scan(functools.partial(rollout_step, setup), state._replace(key=key), randomness)
 
 
 class Batch(NamedTuple):
-    """What the minibatch gradient steps read; leading axis [B] (the rollout's T*N flattened)."""
+    """What the minibatch gradient steps read: the rollout flattened, leading axis [T*N]; a
+    minibatch of it has [B] = [T*N / M]."""
 
-    obs: jax.Array  # [B, obs_dim] normalised
-    action: jax.Array  # [B] or [B, A]
-    log_prob: jax.Array  # [B] log pi_old(action | obs)
-    value: jax.Array  # [B] old value estimates
-    advantage: jax.Array  # [B]
-    target: jax.Array  # [B] returns = advantage + value
+    obs: jax.Array  # [T*N, obs_dim] normalised
+    action: jax.Array  # [T*N] or [T*N, A]
+    log_prob: jax.Array  # [T*N] log pi_old(action | obs)
+    value: jax.Array  # [T*N] old value estimates
+    advantage: jax.Array  # [T*N]
+    target: jax.Array  # [T*N] returns = advantage + value
 
 
 class LossInfo(NamedTuple):
@@ -463,8 +476,8 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
     """[PPO-6] one pass over the rollout in shuffled minibatches. LossInfo: [M] per minibatch."""
     key, permutation_key = jax.random.split(carry.key)
     carry = carry._replace(key=key)
-    permutation = jax.random.permutation(permutation_key, setup.sizes.batch_size)  # [B]
-    minibatches = jax.tree.map(  # [B, ...] -> [M, B/M, ...]
+    permutation = jax.random.permutation(permutation_key, setup.sizes.batch_size)  # [T*N]
+    minibatches = jax.tree.map(  # [T*N, ...] -> [M, B, ...]
         lambda x: x[permutation].reshape(setup.args.num_minibatches, -1, *x.shape[1:]), batch
     )
 
@@ -476,7 +489,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 
     if setup.args.target_kl is None:
         return run(carry)
-    # [PPO-12] early stop: once an epoch ends with approx_kl > target_kl, the rest are skipped
+    # [PPO-12] early stop (--target-kl): once an epoch ends with approx_kl > target_kl, the rest are skipped
     carry, info = jax.lax.cond(carry.kl_exceeded, skip, run, carry)
     return carry._replace(kl_exceeded=carry.kl_exceeded | (info.approx_kl[-1] > setup.args.target_kl)), info
 
@@ -484,7 +497,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 class Metrics(NamedTuple):
     """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
 
-    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN: none)
+    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN if none did)
     episodic_length: jax.Array
     learning_rate: jax.Array
     value_loss: jax.Array  # the losses and diagnostics of the last epoch that ran
@@ -501,15 +514,16 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 
 
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index: [] int32,
-    the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
+    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index [] int32 is
+    the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
     args, sizes, obs_rms = setup.args, setup.sizes, state.obs_rms  # the statistics the rollout used
 
     # COLLECT TRAJECTORIES
     state, traj = rollout(setup, state)  # traj: [T, N, ...]
 
-    # CALCULATE ADVANTAGE. log pi_old and V of the whole rollout in one batched pass each: the
-    # parameters did not change while acting, and one big matmul beats T small ones.
+    # CALCULATE ADVANTAGE. log pi_old and V of the whole rollout come from one batched pass each
+    # after it, not from the acting steps, for speed (one large matmul for T small ones; not
+    # measured apart). The numbers are the same, as the parameters did not change while acting.
     def value(raw_obs: jax.Array) -> jax.Array:  # [..., obs_dim] -> [...]
         return setup.critic.apply(state.params.critic, normalize(raw_obs, obs_rms, args.normalize_obs))
 
@@ -521,14 +535,15 @@ def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[Runne
         traj.reward, values, traj.terminated, traj.truncated, final_values, last_value, gamma, lam
     )
     batch = Batch(obs, traj.action, log_probs, values, advantages, targets)  # [T, N, ...]
-    batch = jax.tree.map(lambda x: x.reshape(sizes.batch_size, *x.shape[2:]), batch)  # [B, ...]
+    batch = jax.tree.map(lambda x: x.reshape(sizes.batch_size, *x.shape[2:]), batch)  # [T*N, ...]
 
     # UPDATE NETWORK
     learning_rate = annealed_learning_rate(args, index, sizes.num_iterations)
     key, epoch_key = jax.random.split(state.key)
     carry = EpochCarry(state.params, state.opt_state, learning_rate, epoch_key, jnp.asarray(False))
     carry, info = jax.lax.scan(lambda c, _: sgd_epoch(setup, c, batch), carry, length=args.update_epochs)
-    if args.normalize_obs:  # [PPO-16] statistics for the next rollout, from this one's obs
+    # [PPO-16] observation normalisation: the statistics of the next rollout, from this one's obs
+    if args.normalize_obs:
         state = state._replace(obs_rms=rms_update(obs_rms, traj.obs.reshape(sizes.batch_size, -1)))
     state = state._replace(params=carry.params, opt_state=carry.opt_state, key=key)
 
@@ -570,7 +585,8 @@ def build_setup(args: Args) -> Setup:
         args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
     )
     sizes = Sizes(batch_size, batch_size // args.num_minibatches, args.total_timesteps // batch_size)
-    # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5 (the learning rate: minibatch_step)
+    # [PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies
+    # the learning rate
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
     actor, critic = Actor(spec, args.hidden_size, args.network), Critic(spec, args.hidden_size, args.network)
     return Setup(args, sizes, spec, actor, critic, optimizer)
@@ -603,7 +619,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
 
 
 def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
-    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains S seeds."""
     setup = build_setup(args)
 
     def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
@@ -622,7 +638,7 @@ class SavedModel(NamedTuple):  # what --save-model writes: enough to act
 
 
 def greedy_action(setup: Setup, model: SavedModel, obs: jax.Array) -> jax.Array:
-    """The evaluation policy: the likeliest action, or the mean clipped. [E, *obs_shape] -> [E(, A)]."""
+    """The evaluation policy: the likeliest action, or the mean clipped. [E, *obs_shape] -> [E] or [E, A]."""
     obs = normalize(flatten_obs(obs, setup.args.mask_velocity), model.obs_rms, setup.args.normalize_obs)
     action = setup.actor.apply(model.params.actor, obs).mode()
     return action if setup.spec.discrete else jnp.clip(action, setup.spec.action_low, setup.spec.action_high)
@@ -642,7 +658,9 @@ def make_algorithm(args: Args) -> Algorithm:
         metric_tags=METRIC_TAGS,
         model=lambda state: SavedModel(state.params, state.obs_rms),
         act=functools.partial(greedy_action, setup),
-        chunk_cpu_opt_level=1,  # the XLA level of its chunk on a CPU: docs/benchmarks.md measures it
+        # XLA level 1 for its chunk on a CPU, for speed: docs/benchmarks.md measures it ("What the
+        # harness does for speed")
+        chunk_cpu_opt_level=1,
     )
 
 

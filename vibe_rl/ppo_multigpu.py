@@ -11,10 +11,10 @@ the mesh.
 
 The devices form a 2-D mesh with the axes ("seeds", "data"). One seed's env batch (env
 states, observations, the rollout, advantages) is split along "data", L = N / D envs per
-device (D = --data-devices, 0: every device); the seeds are split along "seeds". Parameters
-and optimizer state are replicated, or split too with --fsdp. jit's partitioner compiles one
-program per device and inserts the collectives: one all-reduce of the gradient per minibatch
-step. No pmap, no hand-written psum. Minibatches never leave their device
+device (D = --data-devices, or every device when it is 0); the seeds are split along "seeds".
+Parameters and optimizer state are replicated, or split too with --fsdp. jit's partitioner
+compiles one program per device and inserts the collectives: one all-reduce of the gradient
+per minibatch step. No pmap, no hand-written psum. Minibatches never leave their device
 (shuffle_into_minibatches), and nothing random depends on D: a seed trains the same on any
 number of devices.
 
@@ -36,12 +36,17 @@ How to read this file:
          the mesh; `state_specs` lays the state out on it; `make_train(args)` returns the
          whole training as one pure function train(key).
     6    the evaluation policy, and `make_algorithm`: PPO on the mesh as the run harness sees it.
-    The algorithm calls a few helpers of the run harness (below the banner): make_env (an
-    EnvSpec: a gymnax or Brax env and its spaces), reset_envs and step_envs (gymnax's reset and
-    step for N envs), one_seed_at_a_time (the init under vmap), require and require_positive (a
-    flag's check); and jax.sharding's AxisType, Mesh, NamedSharding and P, which the harness
-    imports. The rest of the harness is the machinery every vibe_rl script shares, word for
-    word: run directories, logging, checkpoints, resume. Stop reading there.
+    Shape letters, the same in every vibe_rl script: T steps of a rollout, N envs (of one seed,
+    over all its devices), D devices that share them, L = N / D envs per device, G envs in a
+    group that shuffles together, M minibatches, B a minibatch (T*N / M samples), A actions (the
+    number of discrete ones, or the dimensions of a continuous one), E evaluation episodes, S
+    seeds; obs_dim is named.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env (it
+    returns an EnvSpec, a gymnax or Brax env and its spaces), reset_envs and step_envs (gymnax's
+    reset and step for N envs), one_seed_at_a_time (the init under vmap), require and
+    require_positive (a flag's check); and jax.sharding's AxisType, Mesh, NamedSharding and P,
+    which the harness imports. The rest of the harness is the machinery every vibe_rl script
+    shares, word for word (run directories, logging, checkpoints, resume). Stop reading there.
 """
 
 from __future__ import annotations
@@ -177,7 +182,8 @@ def torso(obs: jax.Array, width: int) -> jax.Array:
 
 
 class Actor(nn.Module):
-    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution. [PPO-13] its own network."""
+    """obs [..., obs_dim] -> the policy pi(.|obs), a distrax distribution. [PPO-13] separate actor
+    and critic networks: this is the actor's own."""
 
     spec: EnvSpec
     hidden_size: int = 64
@@ -187,7 +193,7 @@ class Actor(nn.Module):
         x = torso(obs, self.hidden_size)
         out = dense(self.spec.action_dim, 0.01)(x)  # [PPO-2] gain 0.01: a near uniform / zero-mean policy
         if self.spec.discrete:
-            return distrax.Categorical(logits=out)  # out: [..., K] logits
+            return distrax.Categorical(logits=out)  # out [..., A] are the logits
         # [PPO-14] state-independent log-std, a free parameter initialised to 0 (std 1)
         log_std = self.param("log_std", constant(0.0), (self.spec.action_dim,))
         return distrax.MultivariateNormalDiag(out, jnp.broadcast_to(jnp.exp(log_std), out.shape))  # [..., A]
@@ -255,9 +261,10 @@ class Transition(NamedTuple):
 
 
 class RolloutRandomness(NamedTuple):
-    """The rollout's random numbers, drawn before it; the scan slices one step [N, ...] at a time."""
+    """The rollout's random numbers, drawn before it for speed (see rollout); the scan slices one
+    step [N, ...] at a time."""
 
-    action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
+    action_noise: jax.Array  # [T, N, A] Gumbel (discrete) or standard normal (continuous)
     env_keys: jax.Array  # [T, N, 2] a key for each env's step
 
 
@@ -281,8 +288,9 @@ def rms_init(shape: tuple[int, ...]) -> RunningMeanStd:
 
 
 def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """Merge a batch x [*K, *shape] into the running statistics (Chan et al. parallel update); every
-    leading axis K (e.g. [T, N]) is a batch axis, as flattening them would move samples between devices."""
+    """Merge a batch x [*batch_axes, *shape] into the running statistics (Chan et al. parallel update);
+    every leading axis (e.g. [T, N]) is a batch axis, as flattening them would move samples between
+    devices."""
     axes = tuple(range(x.ndim - rms.mean.ndim))
     batch_mean, batch_var, batch_count = x.mean(axes), x.var(axes), math.prod(x.shape[: len(axes)])
     delta = batch_mean - rms.mean
@@ -299,9 +307,9 @@ def normalize(x: jax.Array, rms: RunningMeanStd, enabled: bool) -> jax.Array:
     return jnp.clip((x - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
 
 
-# The done convention, used by compute_gae and by the rollout:
-#   terminated[t]: the episode truly ended at step t (the MDP stops): no bootstrap, the
-#                  value after it is 0.
+# The done convention, which compute_gae and the rollout follow.
+#   terminated[t]: the episode truly ended at step t (the MDP stops), so nothing is
+#                  bootstrapped and the value after it is 0.
 #   truncated[t]:  the time limit cut the episode at step t; the state it reached still
 #                  has a value, V(final_obs[t]), read before gymnax's auto-reset.
 #   Either way obs[t+1] is the first observation of a new episode, so the recursion of
@@ -323,7 +331,8 @@ def compute_gae(
     """
     next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
     # value of what followed step t inside the same episode
-    next_values = jnp.where(truncated, final_values, next_values)  # [PPO-18] time limits
+    # [PPO-18] a time limit is no termination: a truncated step bootstraps from V(final_obs)
+    next_values = jnp.where(truncated, final_values, next_values)
     next_values = jnp.where(terminated, 0.0, next_values)
     episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
     deltas = rewards + gamma * next_values - values  # [T, N]
@@ -344,7 +353,7 @@ def policy_loss_fn(
     new_log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array, clip_coef: float
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """[PPO-8] clipped surrogate objective, negated; all inputs of one shape [...]. The
-    advantages come normalised already (normalize_advantages, [PPO-7]).
+    advantages come normalised per minibatch already ([PPO-7], by normalize_advantages).
 
     Returns (loss, old_approx_kl, approx_kl, clipfrac); the last three are diagnostics.
     """
@@ -391,8 +400,8 @@ def shuffle_into_minibatches(batch: Batch, key: jax.Array, num_minibatches: int,
     """[PPO-6] deal the rollout [T, N, ...] into M shuffled minibatches [M, N/G, T*G/M, ...].
 
     The N envs form N/G groups of G consecutive envs. Each group's T*G samples are permuted
-    (key: fold_in(key, group index)) and cut into M equal parts; minibatch m is part m of every
-    group. When every device holds whole groups (G divides N/D), the group axis is the split
+    (with the key fold_in(key, group index)) and cut into M equal parts; minibatch m is part m
+    of every group. When every device holds whole groups (G divides N/D), the group axis is the split
     one: no sample leaves its device, and nothing here depends on D.
     """
     T, N = batch.advantage.shape
@@ -433,12 +442,12 @@ def fsdp_spec(shape: tuple[int, ...], num_devices: int) -> P:
 class Sizes(NamedTuple):
     """The sizes derived from Args, in this one place (never command-line flags)."""
 
-    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
-    minibatch_size: int  # B / num_minibatches
-    num_iterations: int  # total_timesteps // B
-    group_envs: int  # G: envs whose samples are shuffled together (--shuffle-group-envs, or derived)
-    data_axis: int  # D: devices that share one seed's envs, the mesh's "data" axis (--data-devices)
-    seeds_axis: int  # the mesh's "seeds" axis: device count / D
+    batch_size: int  # T*N = num_steps * num_envs, the env steps of one iteration
+    minibatch_size: int  # B = T*N / M
+    num_iterations: int  # total_timesteps // (T*N)
+    group_envs: int  # G, envs whose samples are shuffled together (--shuffle-group-envs, or derived)
+    data_axis: int  # D, devices that share one seed's envs, the mesh's "data" axis (--data-devices)
+    seeds_axis: int  # the mesh's "seeds" axis, device count / D
     envs_per_device: int  # L = N / D
 
 
@@ -471,13 +480,15 @@ def rollout_step(
     """Act once in the N environments. Parameters and observation statistics stay fixed."""
     args, spec = setup.args, setup.spec
     policy = setup.actor.apply(state.params.actor, normalize(state.obs, state.obs_rms, args.normalize_obs))
+    # pi is sampled from the noise drawn ahead, for speed (see rollout)
     if spec.discrete:  # a sample of pi: argmax(logits + Gumbel noise), the Gumbel-max trick
         action = jnp.argmax(policy.logits + randomness.action_noise, axis=-1)  # [N]
     else:  # a sample of N(mean, std^2): mean + std * standard normal noise
         action = policy.loc + policy.scale_diag * randomness.action_noise  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
-    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)  # [PPO-1] N envs
+    # [PPO-1] vectorised environments: the one policy acts in all N envs at once
+    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)
     done = jnp.logical_or(step.terminated, step.truncated)  # [N]
     episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
@@ -504,12 +515,15 @@ def rollout_step(
 
 def rollout(setup: Setup, state: RunnerState) -> tuple[RunnerState, Transition]:
     """num_steps steps of the N envs: the trajectory [T, N, ...]."""
-    # The rollout's random numbers in one batched draw each: cheaper than T small draws.
+    # The rollout's random numbers come in one batched draw each, before its scan, for speed, as in
+    # ppo_jax_scan.py, where a draw in every step made the training 7% slower on CartPole and 13%
+    # on Pendulum on XLA CPU (docs/ppo_jax_scan.md, "Measured"; not measured here).
     key, action_key, env_key = jax.random.split(state.key, 3)
-    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, K or A]
+    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, A]
     draw = jax.random.gumbel if setup.spec.discrete else jax.random.normal
     randomness = RolloutRandomness(draw(action_key, shape), jax.random.split(env_key, shape[:2]))
-    # Each device draws its envs' part, the numbers one device would draw: D does not change the training.
+    # Each device draws its own envs' part, the same numbers one device would draw, so D does not
+    # change the training.
     randomness = jax.tree.map(lambda x: shard_envs(setup, x, axis=1), randomness)  # [T, N, ...]
     return jax.lax.scan(functools.partial(rollout_step, setup), state._replace(key=key), randomness)
 
@@ -576,7 +590,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 
     if args.target_kl is None:
         return run(carry)
-    # [PPO-12] early stop: once an epoch ends with approx_kl > target_kl, the rest are skipped
+    # [PPO-12] early stop (--target-kl): once an epoch ends with approx_kl > target_kl, the rest are skipped
     carry, info = jax.lax.cond(carry.kl_exceeded, skip, run, carry)
     return carry._replace(kl_exceeded=carry.kl_exceeded | (info.approx_kl[-1] > args.target_kl)), info
 
@@ -584,7 +598,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 class Metrics(NamedTuple):
     """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
 
-    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN: none)
+    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN if none did)
     episodic_length: jax.Array
     learning_rate: jax.Array
     value_loss: jax.Array  # the losses and diagnostics of the last epoch that ran
@@ -601,15 +615,16 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 
 
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index: [] int32,
-    the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
+    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index [] int32 is
+    the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
     args, sizes, obs_rms = setup.args, setup.sizes, state.obs_rms  # the statistics the rollout used
 
     # COLLECT TRAJECTORIES
     state, traj = rollout(setup, state)  # traj: [T, N, ...]
 
-    # CALCULATE ADVANTAGE. log pi_old and V of the whole rollout in one batched pass each: the
-    # parameters did not change while acting, and one big matmul beats T small ones.
+    # CALCULATE ADVANTAGE. log pi_old and V of the whole rollout come from one batched pass each
+    # after it, not from the acting steps, for speed (one large matmul for T small ones; not
+    # measured apart). The numbers are the same, as the parameters did not change while acting.
     def value(raw_obs: jax.Array) -> jax.Array:  # [..., obs_dim] -> [...]
         return setup.critic.apply(state.params.critic, normalize(raw_obs, obs_rms, args.normalize_obs))
 
@@ -620,7 +635,7 @@ def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[Runne
     advantages, targets = compute_gae(  # [T, N]
         traj.reward, values, traj.terminated, traj.truncated, final_values, last_value, gamma, lam
     )
-    # kept [T, N, ...], not flattened to [B]: that would move samples between devices
+    # kept [T, N, ...], not flattened to [T*N, ...], which would move samples between devices
     batch = Batch(obs, traj.action, log_probs, values, advantages, targets)
 
     # UPDATE NETWORK
@@ -628,7 +643,8 @@ def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[Runne
     key, epoch_key = jax.random.split(state.key)
     carry = EpochCarry(state.params, state.opt_state, learning_rate, epoch_key, jnp.asarray(False))
     carry, info = jax.lax.scan(lambda c, _: sgd_epoch(setup, c, batch), carry, length=args.update_epochs)
-    if args.normalize_obs:  # [PPO-16] statistics for the next rollout, from this one's obs
+    # [PPO-16] observation normalisation: the statistics of the next rollout, from this one's obs
+    if args.normalize_obs:
         state = state._replace(obs_rms=rms_update(obs_rms, traj.obs))
     state = state._replace(params=carry.params, opt_state=carry.opt_state, key=key)
 
@@ -697,7 +713,7 @@ def build_setup(args: Args) -> Setup:
     # The mesh: D devices share a seed's envs ("data"); the seeds are split over the rest.
     count = jax.device_count()  # every process's devices
     require(args.data_devices >= 0, f"--data-devices must be >= 0, got {args.data_devices}")
-    D = args.data_devices or math.gcd(count, args.num_envs)  # 0: as many devices as divide both
+    D = args.data_devices or math.gcd(count, args.num_envs)  # 0 means as many devices as divide both
     require(count % D == 0, f"--data-devices {D} must divide the device count, {count}")
     require(args.num_envs % D == 0, f"--num-envs {args.num_envs} must be divisible by --data-devices {D}")
     require(args.shuffle_group_envs >= 0, f"--shuffle-group-envs must be >= 0, got {args.shuffle_group_envs}")
@@ -712,7 +728,8 @@ def build_setup(args: Args) -> Setup:
     # Auto axes: the partitioner propagates the layout (Explicit, make_mesh's default, types it)
     mesh = jax.make_mesh((count // D, D), ("seeds", "data"), axis_types=(AxisType.Auto, AxisType.Auto))
     sizes = Sizes(batch_size, batch_size // M, args.total_timesteps // batch_size, G, D, count // D, L)
-    # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5 (the learning rate: minibatch_step)
+    # [PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies
+    # the learning rate
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
     return Setup(args, sizes, spec, Actor(spec, args.hidden_size), Critic(args.hidden_size), optimizer, mesh)
 
@@ -763,8 +780,8 @@ def state_specs(setup: Setup, state: RunnerState) -> RunnerState:
 
 
 def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
-    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds, each one's
-    envs split along "data" (the seeds are not split: the harness's vmap over "seeds" does that)."""
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains S seeds, each one's
+    envs split along "data". The seeds are not split here; the harness's vmap over "seeds" splits them."""
     setup = build_setup(args)
 
     def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
@@ -783,7 +800,7 @@ class SavedModel(NamedTuple):  # what --save-model writes: enough to act
 
 
 def greedy_action(setup: Setup, model: SavedModel, obs: jax.Array) -> jax.Array:
-    """The evaluation policy: the likeliest action, or the mean clipped. [E, *obs_shape] -> [E(, A)]."""
+    """The evaluation policy: the likeliest action, or the mean clipped. [E, *obs_shape] -> [E] or [E, A]."""
     obs = normalize(flatten_obs(obs), model.obs_rms, setup.args.normalize_obs)
     action = setup.actor.apply(model.params.actor, obs).mode()
     return action if setup.spec.discrete else jnp.clip(action, setup.spec.action_low, setup.spec.action_high)
@@ -805,7 +822,9 @@ def make_algorithm(args: Args) -> Algorithm:
         act=functools.partial(greedy_action, setup),
         mesh=setup.mesh,
         state_specs=functools.partial(state_specs, setup),
-        chunk_cpu_opt_level=1,  # the XLA level of its chunk on a CPU: docs/benchmarks.md measures it
+        # XLA level 1 for its chunk on a CPU, for speed, as ppo_jax_scan.py's: docs/benchmarks.md
+        # measures that one ("What the harness does for speed")
+        chunk_cpu_opt_level=1,
     )
 
 

@@ -3,13 +3,13 @@
 Algorithm: PPO (Schulman et al. 2017, arXiv:1707.06347) with the implementation details of
 Huang et al. 2022 ("The 37 Implementation Details of PPO"; its LSTM detail is the model here),
 and a recurrent core in the manner of PureJaxRL's ppo_rnn.py (Lu et al. 2022): an embedding,
-a GRU (flax's GRUCell written out), then a policy head and a value head. A recurrent PPO is wrong
-in four places where a feed-forward one cannot be, tagged `# [RNN-1]` to `# [RNN-4]`: the hidden
-state's reset at every episode start; the update re-running the core from the rollout's stored
-initial state; minibatches of whole env sequences; the bootstrap value at a time limit. The PPO
-details keep ppo_jax_scan.py's tags `[PPO-n]`. docs/ppo_rnn_jax.md explains all of them. Discrete
-actions get a Categorical policy; continuous actions a diagonal Gaussian with a state-independent
-log-std.
+a GRU (flax's GRUCell written out, for speed), then a policy head and a value head. A recurrent
+PPO is wrong in four places where a feed-forward one cannot be, tagged `# [RNN-1]` to
+`# [RNN-4]`: the hidden state's reset at every episode start; the update re-running the core
+from the rollout's stored initial state; minibatches of whole env sequences; the bootstrap value
+at a time limit. The PPO details keep ppo_jax_scan.py's tags `[PPO-n]`. docs/ppo_rnn_jax.md
+explains all of them. Discrete actions get a Categorical policy; continuous actions a diagonal
+Gaussian with a state-independent log-std.
 
 Run `python vibe_rl/ppo_rnn_jax.py --env-id CartPole-v1 --mask-velocity` (CartPole without its
 velocities). It writes runs/{env_id}__{exp_name}__{seed}__{unix_time}/: args.json, TensorBoard
@@ -17,8 +17,8 @@ events, metrics.jsonl, checkpoints/, eval.json, episodic_return.png; {exp_name}.
 --save-model, videos/eval.gif with --capture-video. --resume RUN_DIR continues a run exactly.
 
 How to read this file:
-    1-3  Args, the network (the recurrent agent over a sequence: only its GRU step is scanned),
-         the state (NamedTuples, a shape on every field).
+    1-3  Args, the network (the recurrent agent over a sequence, of which only the GRU step is
+         scanned), the state (NamedTuples, a shape on every field).
     4    the math as small pure functions: observe, rms_update, compute_gae, policy_loss_fn,
          value_loss_fn.
     5    training. `unroll` runs the agent over a sequence, `agent_step` over one step.
@@ -27,11 +27,15 @@ How to read this file:
          update_epochs of `sgd_epoch` over minibatches of whole env sequences. `make_train(args)`
          returns the whole training as one pure function train(key).
     6    the evaluation policy (greedy, carrying its hidden state), and `make_algorithm`.
+    Shape letters, the same in every vibe_rl script: T steps of a rollout (here also the
+    sequence length), N envs, M minibatches (each of N/M whole sequences), A actions (the number
+    of discrete ones, or the dimensions of a continuous one), H the width of the GRU's hidden
+    state, E evaluation episodes, S seeds; obs_dim is named.
     The algorithm calls a few helpers of the run harness (below the banner): make_env and
-    env_spec (an EnvSpec: a gymnax env and its spaces), reset_envs and step_envs (gymnax's reset
-    and step for N envs), one_seed_at_a_time (the init under vmap), require and require_positive
-    (a flag's check). The rest of the harness is the machinery every vibe_rl script shares,
-    word for word. Stop reading there.
+    env_spec (they return an EnvSpec, a gymnax env and its spaces), reset_envs and step_envs
+    (gymnax's reset and step for N envs), one_seed_at_a_time (the init under vmap), require and
+    require_positive (a flag's check). The rest of the harness is the machinery every vibe_rl
+    script shares, word for word. Stop reading there.
 """
 
 from __future__ import annotations
@@ -145,20 +149,25 @@ class GRU(nn.Module):
     """flax's GRUCell (Cho et al. 2014) over a sequence: (hidden [..., H] before it, x [T, ..., H],
     episode_start [T, ...]) -> hidden states [T, ..., H]. Its parameters, initialisation and math
     are GRUCell's; what reads x alone, the three gates' input projections, runs for all T steps
-    at once (as cuDNN's GRU does), so the step by step part is one [H, 3H] product and the gates."""
+    at once (as cuDNN's GRU does), so the step by step part is one [H, 3H] product and the gates.
+
+    It is written out in place of flax's GRUCell only for speed: the training ran 2.9x faster on
+    XLA CPU than with GRUCell as the scanned step (docs/ppo_rnn_jax.md, "Measured")."""
 
     hidden_size: int
 
     @nn.compact
     def __call__(self, hidden: jax.Array, x: jax.Array, episode_start: jax.Array) -> jax.Array:
         H = self.hidden_size
-        # the reset, update and candidate gates side by side: [..., 3H]
-        from_x = nn.Dense(3 * H)(x)  # [T, ..., 3H] GRUCell's input init: lecun normal, zero bias
-        orthogonal_each = lambda key, shape, dtype=jnp.float32: jnp.concatenate(  # GRUCell's: one per gate
+        # the reset, update and candidate gates side by side, [..., 3H]; the input side initialised
+        # as GRUCell's (lecun normal, zero bias)
+        from_x = nn.Dense(3 * H)(x)  # [T, ..., 3H]
+        orthogonal_each = lambda key, shape, dtype=jnp.float32: jnp.concatenate(  # one block per gate
             [orthogonal()(k, (H, H), dtype) for k in jax.random.split(key, 3)], axis=-1
         )
-        hidden_kernel = self.param("hidden_kernel", orthogonal_each, (H, 3 * H))  # no bias, but:
-        candidate_bias = self.param("candidate_bias", constant(0.0), (H,))  # the candidate's, inside r *
+        # the hidden side has no bias, as in GRUCell, except the candidate's, which r multiplies
+        hidden_kernel = self.param("hidden_kernel", orthogonal_each, (H, 3 * H))
+        candidate_bias = self.param("candidate_bias", constant(0.0), (H,))
 
         def step(h: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
             x_gates, start = inputs  # [..., 3H], [...]
@@ -177,9 +186,10 @@ class GRU(nn.Module):
 
 class RecurrentAgent(nn.Module):
     """The agent over a sequence: (hidden [..., H] before it, obs [T, ..., obs_dim], episode_start
-    [T, ...]) -> (hidden states [T, ..., H], policy head out [T, ..., K or A], values [T, ...]).
+    [T, ...]) -> (hidden states [T, ..., H], policy head out [T, ..., A], values [T, ...]).
 
-    Only the GRU runs step by step; the embedding and the heads read all T steps at once. Actor
+    Only the GRU runs step by step; the embedding and the heads read all T steps at once, for
+    speed (1.37x against the whole agent scanned, docs/ppo_rnn_jax.md, "Measured"). Actor
     and critic share the embedding and the GRU (as PureJaxRL's ppo_rnn.py and CleanRL's
     ppo_atari_lstm.py do): what the policy must remember is what the value needs, and one core
     is one recurrent pass per step; each has its own head."""
@@ -203,7 +213,7 @@ class RecurrentAgent(nn.Module):
 
 
 def policy_of(spec: EnvSpec, params: Params, out: jax.Array) -> distrax.Distribution:
-    """The policy pi(.|history) from the head's output [..., K or A]: logits, or the Gaussian's mean."""
+    """The policy pi(.|history) from the head's output [..., A]: logits, or the Gaussian's mean."""
     if spec.discrete:
         return distrax.Categorical(logits=out)
     std = jnp.exp(params["params"]["log_std"])  # [A]
@@ -255,9 +265,10 @@ class Transition(NamedTuple):
 
 
 class RolloutRandomness(NamedTuple):
-    """The rollout's random numbers, drawn before it; the scan slices one step [N, ...] at a time."""
+    """The rollout's random numbers, drawn before it for speed (see rollout); the scan slices one
+    step [N, ...] at a time."""
 
-    action_noise: jax.Array  # [T, N, K] Gumbel (discrete) or [T, N, A] standard normal
+    action_noise: jax.Array  # [T, N, A] Gumbel (discrete) or standard normal (continuous)
     env_keys: jax.Array  # [T, N, 2] a key for each env's step
 
 
@@ -265,14 +276,15 @@ class RolloutRandomness(NamedTuple):
 
 
 def observe(obs: jax.Array, mask_velocity: bool) -> jax.Array:
-    """[N, *obs_shape] -> [N, obs_dim] float: what the agent sees. With mask_velocity (CartPole-v1:
-    x, x_dot, theta, theta_dot), the velocities are zeroed: position and angle alone."""
+    """[N, *obs_shape] -> [N, obs_dim] float, what the agent sees. With mask_velocity, CartPole-v1's
+    velocities (x_dot and theta_dot of x, x_dot, theta, theta_dot) are zeroed, leaving position and
+    angle alone."""
     obs = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
     return obs * jnp.array([1.0, 0.0, 1.0, 0.0]) if mask_velocity else obs
 
 
 def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """Merge a batch x [K] into the running statistics (Chan et al. parallel update)."""
+    """Merge a batch x [N] into the running statistics (Chan et al. parallel update)."""
     batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
     delta = batch_mean - rms.mean
     total = rms.count + batch_count
@@ -281,9 +293,9 @@ def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
     return RunningMeanStd(mean, m2 / total, total)
 
 
-# The done convention, used by compute_gae and by the rollout:
-#   terminated[t]: the episode truly ended at step t (the MDP stops): no bootstrap, the
-#                  value after it is 0.
+# The done convention, which compute_gae and the rollout follow.
+#   terminated[t]: the episode truly ended at step t (the MDP stops), so nothing is
+#                  bootstrapped and the value after it is 0.
 #   truncated[t]:  the time limit cut the episode at step t; the state it reached still
 #                  has a value, V(final_obs[t]), read before gymnax's auto-reset.
 #   Either way obs[t+1] is the first observation of a new episode, so the recursion of
@@ -305,7 +317,9 @@ def compute_gae(
     """
     next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
     # value of what followed step t inside the same episode
-    next_values = jnp.where(truncated, final_values, next_values)  # [RNN-4] time limits
+    # [RNN-4] a time limit is no termination: a truncated step bootstraps from V(final_obs), which
+    # iteration reads with the hidden state final_obs follows
+    next_values = jnp.where(truncated, final_values, next_values)
     next_values = jnp.where(terminated, 0.0, next_values)
     episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
     deltas = rewards + gamma * next_values - values  # [T, N]
@@ -379,9 +393,9 @@ def env_minibatches(key: jax.Array, num_envs: int, num_minibatches: int) -> jax.
 class Sizes(NamedTuple):
     """The sizes derived from Args, in this one place (never command-line flags)."""
 
-    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
-    envs_per_minibatch: int  # N / num_minibatches: whole sequences per minibatch
-    num_iterations: int  # total_timesteps // B
+    batch_size: int  # T*N = num_steps * num_envs, the env steps of one iteration
+    envs_per_minibatch: int  # N/M, the whole sequences of one minibatch
+    num_iterations: int  # total_timesteps // (T*N)
 
 
 class Setup(NamedTuple):
@@ -398,7 +412,7 @@ def unroll(
     setup: Setup, params: Params, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The agent over a sequence from hidden [N, H]: obs [T, N, obs_dim], episode_start [T, N] ->
-    (hidden states [T, N, H], head outputs [T, N, K or A], values [T, N])."""
+    (hidden states [T, N, H], head outputs [T, N, A], values [T, N])."""
     return setup.agent.apply(params, hidden, obs, episode_start)
 
 
@@ -406,7 +420,7 @@ def agent_step(
     setup: Setup, params: Params, hidden: jax.Array, obs: jax.Array, episode_start: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One step of the agent, a sequence of length 1: hidden [..., H], obs [..., obs_dim],
-    episode_start [...] -> (hidden [..., H], head output [..., K or A], value [...])."""
+    episode_start [...] -> (hidden [..., H], head output [..., A], value [...])."""
     hidden, out, value = setup.agent.apply(params, hidden, obs[None], episode_start[None])
     return hidden[0], out[0], value[0]
 
@@ -418,13 +432,15 @@ def rollout_step(
     args, spec = setup.args, setup.spec
     hidden, out, value = agent_step(setup, state.params, state.hidden, state.obs, state.episode_start)
     policy = policy_of(spec, state.params, out)
+    # pi is sampled from the noise drawn ahead, for speed (see rollout)
     if spec.discrete:  # a sample of pi: argmax(logits + Gumbel noise), the Gumbel-max trick
         action = jnp.argmax(out + randomness.action_noise, axis=-1)  # [N]
     else:  # a sample of N(mean, std^2): mean + std * standard normal noise
         action = policy.loc + policy.scale_diag * randomness.action_noise  # [N, A]
     # [PPO-15] the env gets the action clipped to its bounds; the update uses the sample
     env_action = action if spec.discrete else jnp.clip(action, spec.action_low, spec.action_high)
-    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)  # [PPO-1] N envs
+    # [PPO-1] vectorised environments: the one policy acts in all N envs at once
+    step = step_envs(spec, randomness.env_keys, state.env_state, env_action)
     done = jnp.logical_or(step.terminated, step.truncated)  # [N]
     episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
@@ -451,7 +467,7 @@ def rollout_step(
     state = state._replace(
         env_state=step.state,
         obs=observe(step.obs, args.mask_velocity),
-        hidden=hidden,  # kept as it is: the next step resets it where episode_start
+        hidden=hidden,  # kept as it is; the next step resets it where episode_start
         episode_start=done,  # [RNN-1] where this step ended an episode, the next begins one
         episode_return=jnp.where(done, 0.0, episode_return),
         episode_length=jnp.where(done, 0, episode_length),
@@ -463,9 +479,11 @@ def rollout_step(
 
 def rollout(setup: Setup, state: RunnerState) -> tuple[RunnerState, Transition]:
     """num_steps steps of the N envs: the trajectory [T, N, ...]."""
-    # The rollout's random numbers in one batched draw each: cheaper than T small draws.
+    # The rollout's random numbers come in one batched draw each, before its scan, only for speed,
+    # as in ppo_jax_scan.py, where a draw in every step made the training 7% slower on CartPole and
+    # 13% on Pendulum on XLA CPU (docs/ppo_jax_scan.md, "Measured"; not measured here).
     key, action_key, env_key = jax.random.split(state.key, 3)
-    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, K or A]
+    shape = (setup.args.num_steps, setup.args.num_envs, setup.spec.action_dim)  # [T, N, A]
     draw = jax.random.gumbel if setup.spec.discrete else jax.random.normal
     randomness = RolloutRandomness(draw(action_key, shape), jax.random.split(env_key, shape[:2]))
     return jax.lax.scan(functools.partial(rollout_step, setup), state._replace(key=key), randomness)
@@ -546,7 +564,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 
     if setup.args.target_kl is None:
         return run(carry)
-    # [PPO-12] early stop: once an epoch ends with approx_kl > target_kl, the rest are skipped
+    # [PPO-12] early stop (--target-kl): once an epoch ends with approx_kl > target_kl, the rest are skipped
     carry, info = jax.lax.cond(carry.kl_exceeded, skip, run, carry)
     return carry._replace(kl_exceeded=carry.kl_exceeded | (info.approx_kl[-1] > setup.args.target_kl)), info
 
@@ -554,7 +572,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 class Metrics(NamedTuple):
     """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
 
-    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN: none)
+    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN if none did)
     episodic_length: jax.Array
     learning_rate: jax.Array
     value_loss: jax.Array  # the losses and diagnostics of the last epoch that ran
@@ -571,18 +589,18 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 
 
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index: [] int32,
-    the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
+    """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index [] int32 is
+    the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
     args, params = setup.args, state.params
 
     # COLLECT TRAJECTORIES
-    initial_hidden = state.hidden  # [RNN-2] [N, H] stored: the update re-runs the core from it
-    state, traj = rollout(setup, state)  # traj: [T, N, ...]; log pi_old and V_old recorded while acting
+    initial_hidden = state.hidden  # [RNN-2] [N, H], stored because the update re-runs the core from it
+    state, traj = rollout(setup, state)  # traj [T, N, ...], with log pi_old and V_old recorded while acting
 
     # CALCULATE ADVANTAGE
     # [RNN-4] V(final_obs) needs the hidden state that final_obs would have been read with: one more
     # step of the core from the state after step t (before the next step's reset), in one batched pass
-    no_reset = jnp.zeros_like(traj.terminated)  # [T, N]: final_obs continues its episode
+    no_reset = jnp.zeros_like(traj.terminated)  # [T, N], as final_obs continues its episode
     _, _, final_values = agent_step(setup, params, traj.hidden, traj.final_obs, no_reset)  # [T, N]
     _, _, last_value = agent_step(setup, params, state.hidden, state.obs, state.episode_start)  # [N]
     gamma, lam = args.gamma, args.gae_lambda
@@ -632,9 +650,9 @@ def with_prev_action_reward(spec: EnvSpec) -> EnvSpec:
     @struct.dataclass
     class State(environment.EnvState):
         inner: Any  # the wrapped env's state
-        last: jax.Array  # [K or A, then 1]: the previous action and reward
+        last: jax.Array  # [A + 1], the previous action (one-hot, or the action vector) and reward
 
-    def joined(obs: jax.Array, last: jax.Array) -> jax.Array:  # -> [obs_dim + K or A + 1]
+    def joined(obs: jax.Array, last: jax.Array) -> jax.Array:  # -> [obs_dim + A + 1]
         return jnp.concatenate([obs.reshape(-1).astype(jnp.float32), last])
 
     class PrevActionReward(environment.Environment):
@@ -690,7 +708,8 @@ def build_setup(args: Args) -> Setup:
         args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
     )
     sizes = Sizes(batch_size, args.num_envs // args.num_minibatches, args.total_timesteps // batch_size)
-    # [PPO-11] global gradient clipping, then [PPO-3] Adam with eps 1e-5 (the learning rate: minibatch_step)
+    # [PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies
+    # the learning rate
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
     return Setup(args, sizes, spec, RecurrentAgent(spec, args.hidden_size), optimizer)
 
@@ -724,7 +743,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
 
 
 def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
-    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains S seeds."""
     setup = build_setup(args)
 
     def train(key: jax.Array) -> tuple[RunnerState, Metrics]:

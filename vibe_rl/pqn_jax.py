@@ -22,11 +22,15 @@ How to read this file:
          of num_envs envs), Q(lambda) returns, then update_epochs of `sgd_epoch` over shuffled
          minibatches. `make_train(args)` returns the whole training as one pure function train(key).
     6    the evaluation policy (greedy), and `make_algorithm`: PQN as the run harness sees it.
-    The algorithm calls a few helpers of the run harness (below the banner): make_env (an
-    EnvSpec: a gymnax env and its spaces), reset_envs and step_envs (gymnax's reset and step
-    for N envs), Conv3x3 (nn.Conv, computed as im2col) and require, require_positive (a flag's check). The
-    rest of the harness is the machinery every vibe_rl script shares, word for word: run
-    directories, logging, checkpoints, resume. Stop reading there.
+    Shape letters, the same in every vibe_rl script: T steps of a rollout, N envs, B a
+    minibatch (T*N / M samples), M minibatches, A actions, E evaluation episodes, S seeds;
+    obs_dim is named.
+    The algorithm calls a few helpers of the run harness (below the banner): make_env (it
+    returns an EnvSpec, a gymnax env and its spaces), reset_envs and step_envs (gymnax's reset
+    and step for N envs), Conv3x3 (nn.Conv, computed as im2col for speed) and require,
+    require_positive (a flag's check). The rest of the harness is the machinery every vibe_rl
+    script shares, word for word (run directories, logging, checkpoints, resume). Stop reading
+    there.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ class Args:
     hidden_size: int = 256
     """width of the MLP's two hidden layers, or of the CNN's dense layer"""
     network: Literal["auto", "mlp", "cnn"] = "auto"
-    """Q-network torso: mlp (flat obs), cnn (MinAtar images: 3x3 conv, then dense); auto picks by shape"""
+    """Q-network torso: mlp (flat obs), cnn for MinAtar images (3x3 conv, then dense); auto picks by shape"""
 
     # The run and the machine: the same flags in every vibe_rl script
     exp_name: str = Path(__file__).stem
@@ -131,9 +135,11 @@ def cnn_torso(obs: jax.Array, obs_shape: tuple[int, ...], width: int) -> jax.Arr
     """[PQN-4] The MinAtar paper's torso (Young & Tian 2019) with PQN's LayerNorms: a 3x3
     convolution with 16 channels (valid padding), LayerNorm over the channels of each pixel,
     ReLU; a dense layer of `width`, LayerNorm, ReLU. [..., obs_dim] -> [..., width]."""
-    image = obs.reshape(*obs.shape[:-1], *obs_shape)  # [..., H, W, C]
-    x = nn.relu(nn.LayerNorm()(Conv3x3(16, he_normal())(image)))  # [PQN-3] [..., H-2, W-2, 16]
-    x = x.reshape(*x.shape[:-3], -1)  # [..., (H-2)*(W-2)*16]
+    image = obs.reshape(*obs.shape[:-1], *obs_shape)  # [..., height, width, channels]
+    # Conv3x3 is nn.Conv computed as im2col, only for speed: 8.7x faster on XLA CPU
+    # (docs/benchmarks.md, "What the harness does for speed")
+    x = nn.relu(nn.LayerNorm()(Conv3x3(16, he_normal())(image)))  # [PQN-3] [..., height-2, width-2, 16]
+    x = x.reshape(*x.shape[:-3], -1)  # [..., (height-2) * (width-2) * 16]
     return normed_dense(x, width, he_normal())  # [..., width]
 
 
@@ -142,7 +148,7 @@ class QNetwork(nn.Module):
     the MLP and the head, He normal for the CNN; zero biases; LayerNorm scale 1, offset 0."""
 
     num_actions: int  # A
-    obs_shape: tuple[int, ...]  # the env's, e.g. [H, W, C] for MinAtar: the CNN rebuilds the image
+    obs_shape: tuple[int, ...]  # the env's; the CNN rebuilds the image ([height, width, channels])
     hidden_size: int = 256
     network: str = "mlp"  # "mlp" or "cnn"
 
@@ -164,7 +170,7 @@ Params = Any  # a flax parameter pytree
 class RunnerState(NamedTuple):
     """Everything the training carries from one iteration to the next (and checkpoints)."""
 
-    params: Params  # the Q-network: the only one (no target network)
+    params: Params  # the Q-network, the only one (no target network)
     opt_state: optax.OptState
     env_state: Any  # gymnax EnvState, batched over envs [N]
     obs: jax.Array  # [N, obs_dim] current observations
@@ -199,24 +205,26 @@ class RolloutRandomness(NamedTuple):
 
 
 def linear_schedule(start: float, end: float, duration: float, step: jax.Array) -> jax.Array:
-    """[PQN-2] start at step 0, then linearly to end at step `duration`, then flat. step: env steps
-    done, any shape (the result has its shape)."""
-    if duration <= 0:  # no decay: end from the start
+    """[PQN-2] epsilon-greedy exploration, epsilon on this schedule: start at step 0, then linearly
+    to end at step `duration`, then flat. step holds env steps done, any shape (the result has its
+    shape)."""
+    if duration <= 0:  # no decay, so end from the start
         return jnp.full(jnp.shape(step), end, jnp.float32)
     fraction = jnp.minimum(step / duration, 1.0)
     return start + fraction * (end - start)
 
 
 def annealed_learning_rate(args: Args, iteration: jax.Array, num_iterations: int) -> jax.Array:
-    """[PQN-8] linear decay from learning_rate at iteration 0 towards 0 at the end."""
+    """[PQN-8] RAdam's learning rate, annealed: linear decay from learning_rate at iteration 0
+    towards 0 at the end."""
     if not args.anneal_lr:
         return jnp.asarray(args.learning_rate, jnp.float32)
     return args.learning_rate * (1.0 - iteration / num_iterations)
 
 
-# The done convention, used by q_lambda_returns and by the rollout:
-#   terminated[t]: the episode truly ended at step t (the MDP stops): no bootstrap, the
-#                  value after it is 0.
+# The done convention, which q_lambda_returns and the rollout follow.
+#   terminated[t]: the episode truly ended at step t (the MDP stops), so nothing is
+#                  bootstrapped and the value after it is 0.
 #   truncated[t]:  the time limit cut the episode at step t; the state it reached still
 #                  has a value, max_a Q(final_obs[t], a), read before gymnax's auto-reset.
 #   Either way obs[t+1] is the first observation of a new episode, so the lambda-return's
@@ -238,20 +246,22 @@ def q_lambda_returns(
     last step. Returns the targets G [T, N]:
 
         G[t] = r[t] + gamma * ((1 - lambda) * V[t+1] + lambda * G[t+1])   inside an episode,
-        G[t] = r[t] + gamma * V[t+1]        at a truncation (V: of final_obs) or at t = T-1,
+        G[t] = r[t] + gamma * V[t+1]        at a truncation (V of final_obs) or at t = T-1,
         G[t] = r[t]                         at a termination.
     """
     next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)  # [T, N]
     # value of what followed step t inside the same episode
-    next_values = jnp.where(truncated, final_values, next_values)  # [PQN-6] time limits
+    # [PQN-6] a time limit is no termination: a truncated step bootstraps from max_a Q(final_obs, a)
+    next_values = jnp.where(truncated, final_values, next_values)
     next_values = jnp.where(terminated, 0.0, next_values)
     episode_continues = 1.0 - jnp.logical_or(terminated, truncated)  # [T, N]
 
     def q_lambda_step(
         return_after: jax.Array, step: tuple[jax.Array, jax.Array, jax.Array]
     ) -> tuple[jax.Array, jax.Array]:
-        reward, next_value, continues = step  # [N] each; return_after: G[t+1] [N]
-        # where the episode (or the rollout: carry = last_value) ends, G[t+1] is replaced by V[t+1]
+        reward, next_value, continues = step  # [N] each; return_after is G[t+1] [N]
+        # where the episode ends, or the rollout (whose carry starts as last_value), G[t+1] is
+        # replaced by V[t+1]
         lambda_return = reward + gamma * (next_value + q_lambda * continues * (return_after - next_value))
         return lambda_return, lambda_return
 
@@ -272,10 +282,10 @@ def td_loss_fn(q_taken: jax.Array, targets: jax.Array) -> jax.Array:
 class Sizes(NamedTuple):
     """The sizes derived from Args, in this one place (never command-line flags)."""
 
-    batch_size: int  # B = num_envs * num_steps: env steps of one iteration
-    minibatch_size: int  # B / num_minibatches
-    num_iterations: int  # total_timesteps // B
-    exploration_steps: float  # exploration_fraction * total_timesteps: epsilon reaches end_e there
+    batch_size: int  # T*N = num_steps * num_envs, the env steps of one iteration
+    minibatch_size: int  # B = T*N / M
+    num_iterations: int  # total_timesteps // (T*N)
+    exploration_steps: float  # exploration_fraction * total_timesteps, where epsilon reaches end_e
 
 
 class Setup(NamedTuple):
@@ -300,18 +310,19 @@ def rollout_step(
     q_values = setup.q_network.apply(state.params, state.obs)  # [N, A]
     # [PQN-2] epsilon-greedy, each env on its own: the greedy action, or where it explores a random one
     action = jnp.where(randomness.explore, randomness.random_action, jnp.argmax(q_values, axis=-1))  # [N]
-    step = step_envs(setup.spec, randomness.env_keys, state.env_state, action)  # [PQN-1] N envs
+    # [PQN-1] vectorised environments: the one Q-network acts in all N envs at once
+    step = step_envs(setup.spec, randomness.env_keys, state.env_state, action)
     done = jnp.logical_or(step.terminated, step.truncated)  # [N]
     episode_return = state.episode_return + step.reward
     episode_length = state.episode_length + 1
     transition = Transition(
         obs=state.obs,
         action=action,
-        reward=step.reward * setup.args.reward_scale,  # [PQN-10] for learning only
+        reward=step.reward * setup.args.reward_scale,  # [PQN-10] rewards scaled for learning only
         terminated=step.terminated,
         truncated=step.truncated,
         final_obs=flatten_obs(step.final_obs),
-        value=q_values.max(axis=-1),  # V(obs) of the targets: the acting pass computed Q anyway
+        value=q_values.max(axis=-1),  # V(obs) of the targets, kept as the acting pass computed Q anyway
         episode_return=episode_return,
         episode_length=episode_length,
     )
@@ -325,9 +336,11 @@ def rollout_step(
 
 
 def rollout(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Transition]:
-    """num_steps steps of the N envs: the trajectory [T, N, ...]. index: [] the iteration's number."""
+    """num_steps steps of the N envs: the trajectory [T, N, ...]. index [] is the iteration's number."""
     args, spec = setup.args, setup.spec
-    # The rollout's random numbers in one batched draw each: cheaper than T small draws.
+    # The rollout's random numbers come in one batched draw each, before its scan, for speed, as
+    # PPO's action noise in ppo_jax_scan.py, where a draw in every step made the training 7%
+    # slower on CartPole (docs/ppo_jax_scan.md, "Measured"; not measured for PQN).
     key, explore_key, action_key, env_key = jax.random.split(state.key, 4)
     shape = (args.num_steps, args.num_envs)  # [T, N]
     env_steps_done = (index * args.num_steps + jnp.arange(args.num_steps)) * args.num_envs  # [T] before each
@@ -341,11 +354,12 @@ def rollout(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerS
 
 
 class Batch(NamedTuple):
-    """What the minibatch gradient steps read; leading axis [B] (the rollout's T*N flattened)."""
+    """What the minibatch gradient steps read: the rollout flattened, leading axis [T*N]; a
+    minibatch of it has [B] = [T*N / M]."""
 
-    obs: jax.Array  # [B, obs_dim]
-    action: jax.Array  # [B]
-    target: jax.Array  # [B] Q(lambda) returns
+    obs: jax.Array  # [T*N, obs_dim]
+    action: jax.Array  # [T*N]
+    target: jax.Array  # [T*N] Q(lambda) returns
 
 
 class LossInfo(NamedTuple):
@@ -381,8 +395,8 @@ def minibatch_step(setup: Setup, carry: EpochCarry, minibatch: Batch) -> tuple[E
 def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry, LossInfo]:
     """[PQN-7] one pass over the rollout in shuffled minibatches. LossInfo: [M] per minibatch."""
     key, permutation_key = jax.random.split(carry.key)
-    permutation = jax.random.permutation(permutation_key, setup.sizes.batch_size)  # [B]
-    minibatches = jax.tree.map(  # [B, ...] -> [M, B/M, ...]
+    permutation = jax.random.permutation(permutation_key, setup.sizes.batch_size)  # [T*N]
+    minibatches = jax.tree.map(  # [T*N, ...] -> [M, B, ...]
         lambda x: x[permutation].reshape(setup.args.num_minibatches, -1, *x.shape[1:]), batch
     )
     return jax.lax.scan(functools.partial(minibatch_step, setup), carry._replace(key=key), minibatches)
@@ -391,7 +405,7 @@ def sgd_epoch(setup: Setup, carry: EpochCarry, batch: Batch) -> tuple[EpochCarry
 class Metrics(NamedTuple):
     """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
 
-    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN: none)
+    episodic_return: jax.Array  # mean return of the episodes finished in this rollout (NaN if none did)
     episodic_length: jax.Array
     epsilon: jax.Array  # at the rollout's last step
     learning_rate: jax.Array
@@ -405,16 +419,17 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 
 
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """One PQN iteration: rollout, Q(lambda) returns, update_epochs of minibatch SGD. index: []
-    int32, the iteration's number (not batched over seeds). LossInfo of the epochs: [E, M]."""
+    """One PQN iteration: rollout, Q(lambda) returns, update_epochs of minibatch SGD. index [] int32
+    is the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
     args, sizes = setup.args, setup.sizes
 
     # COLLECT TRAJECTORIES
     state, traj = rollout(setup, state, index)  # traj: [T, N, ...]
 
-    # CALCULATE Q(lambda) TARGETS. [PQN-6] the values a truncation bootstraps from, and the value
-    # after the rollout, in one batched pass each with the parameters that acted (they did not
-    # change during the rollout): one big matmul beats a branch per step.
+    # CALCULATE Q(lambda) TARGETS. [PQN-6] The values a truncation bootstraps from, and the value
+    # after the rollout, come from one batched pass each with the parameters that acted (they did
+    # not change during the rollout). That is for speed, one large matmul in place of a branch per
+    # step (not measured apart); only the truncated entries of final_values are read.
     def value(obs: jax.Array) -> jax.Array:  # [..., obs_dim] -> [...] max_a Q(obs, a)
         return setup.q_network.apply(state.params, obs).max(axis=-1)
 
@@ -424,7 +439,7 @@ def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[Runne
         args.gamma, args.q_lambda,
     )  # fmt: skip
     batch = Batch(traj.obs, traj.action, targets)  # [T, N, ...]
-    batch = jax.tree.map(lambda x: x.reshape(sizes.batch_size, *x.shape[2:]), batch)  # [B, ...]
+    batch = jax.tree.map(lambda x: x.reshape(sizes.batch_size, *x.shape[2:]), batch)  # [T*N, ...]
 
     # UPDATE NETWORK
     learning_rate = annealed_learning_rate(args, index, sizes.num_iterations)
@@ -482,8 +497,8 @@ def build_setup(args: Args) -> Setup:
         num_iterations=args.total_timesteps // batch_size,
         exploration_steps=args.exploration_fraction * args.total_timesteps,
     )
-    # [PQN-9] global gradient clipping, then [PQN-8] RAdam, the paper's optimizer (the learning
-    # rate: minibatch_step)
+    # [PQN-9] global gradient-norm clipping, then [PQN-8] RAdam, the paper's optimizer;
+    # minibatch_step applies the learning rate
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_radam())
     q_network = QNetwork(spec.action_dim, spec.obs_shape, args.hidden_size, network)
     return Setup(args, sizes, spec, q_network, optimizer)
@@ -507,7 +522,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
 
 
 def make_train(args: Args) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
-    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains N seeds."""
+    """The PureJaxRL entry point: jax.jit(jax.vmap(make_train(args)))(keys) trains S seeds."""
     setup = build_setup(args)
 
     def train(key: jax.Array) -> tuple[RunnerState, Metrics]:
@@ -537,7 +552,7 @@ def make_algorithm(args: Args) -> Algorithm:
         init=functools.partial(init_state, setup),
         iteration=functools.partial(iteration, setup),
         metric_tags=METRIC_TAGS,
-        model=lambda state: state.params,  # what --save-model writes: the Q-network
+        model=lambda state: state.params,  # --save-model writes the Q-network's parameters
         act=functools.partial(greedy_action, setup),
     )
 
