@@ -119,9 +119,10 @@ class Args:
 
 
 class QNetwork(nn.Module):
-    """[C51-8] obs [..., *obs_shape] -> logits [..., A, K] of K = n_atoms atoms per action (softmax
-    over K: the return distribution of each action); flax's default init, as CleanRL. [C51-15] MLP:
-    CleanRL's 120-84 ReLU. CNN: MinAtar's, a 3x3 convolution of 16 channels (valid), a dense 128."""
+    """[C51-8] the head, A x Z logits: obs [..., *obs_shape] -> logits [..., A, Z], Z = n_atoms atoms per
+    action, whose softmax over Z is that action's return distribution; flax's default init, as CleanRL.
+    [C51-15] the trunk, CleanRL's MLP (120-84 ReLU) or MinAtar's CNN (a 3x3 convolution of 16 channels,
+    valid, then a dense 128)."""
 
     num_actions: int
     n_atoms: int
@@ -130,16 +131,19 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = obs.astype(jnp.float32)  # [C51-2] uint8 0/1 from the buffer -> float
-        if self.cnn:  # x: [..., H, W, C]
-            x = nn.relu(Conv3x3(16)(x))  # [..., H-2, W-2, 16]
+        # [C51-2] observations arrive in their stored dtype (MinAtar's 0/1 channels as uint8), cast here
+        x = obs.astype(jnp.float32)
+        if self.cnn:  # x [..., height, width, channels]
+            # Conv3x3 (below the banner) is nn.Conv(16, (3, 3), padding="VALID") computed as im2col, there
+            # only for speed on XLA CPU: docs/benchmarks.md, "What the harness does for speed", measures it
+            x = nn.relu(Conv3x3(16)(x))  # [..., height - 2, width - 2, 16]
             x = nn.relu(nn.Dense(128)(x.reshape(*x.shape[:-3], -1)))  # [..., 128]
         else:
             x = x.reshape(*x.shape[: x.ndim - self.obs_rank], -1)  # [..., obs_dim]
             x = nn.relu(nn.Dense(120)(x))  # [..., 120]
             x = nn.relu(nn.Dense(84)(x))  # [..., 84]
-        logits = nn.Dense(self.num_actions * self.n_atoms)(x)  # [..., A * K]
-        return logits.reshape(*x.shape[:-1], self.num_actions, self.n_atoms)  # [..., A, K]
+        logits = nn.Dense(self.num_actions * self.n_atoms)(x)  # [..., A * Z]
+        return logits.reshape(*x.shape[:-1], self.num_actions, self.n_atoms)  # [..., A, Z]
 
 
 # ===== 3. State ======================================================================
@@ -148,22 +152,22 @@ Params = Any  # a flax parameter pytree
 
 
 class Transition(NamedTuple):
-    """Transitions, leading axis X: N of one step, B of a sampled batch, C of the buffer's slots."""
+    """The N transitions of one step, [N, ...]; the replay buffer's rows [R, ...]; a sample [B, ...]."""
 
-    obs: jax.Array  # [X, *obs_shape] stored dtype
-    action: jax.Array  # [X] int32
-    reward: jax.Array  # [X] float32
-    terminated: jax.Array  # [X] bool: no bootstrap from next_obs
-    next_obs: jax.Array  # [X, *obs_shape] the real final observation, before the auto-reset
+    obs: jax.Array  # [N, *obs_shape] stored dtype
+    action: jax.Array  # [N] int32
+    reward: jax.Array  # [N] float32
+    terminated: jax.Array  # [N] bool, true where the episode truly ended (no bootstrap from next_obs)
+    next_obs: jax.Array  # [N, *obs_shape] the real final observation, before the auto-reset
 
 
 class ReplayBuffer(NamedTuple):
-    """[C51-1] A ring buffer of C = buffer_size transitions. Slots [0, size) are filled; the next
-    insert goes to `position`, wrapping around."""
+    """[C51-1] The replay buffer (DQN's), a ring of R = buffer_size rows of JAX arrays, one transition a
+    row. Rows [0, size) are filled; the next insert goes to `position`, wrapping around."""
 
-    data: Transition  # [C, ...]
-    position: jax.Array  # [] int32, the slot of the next insert
-    size: jax.Array  # [] int32, the number of filled slots (<= C)
+    data: Transition  # [R, ...]
+    position: jax.Array  # [] int32, the row of the next insert
+    size: jax.Array  # [] int32, the number of filled rows (<= R)
 
 
 class RunnerState(NamedTuple):
@@ -194,15 +198,15 @@ class StepInfo(NamedTuple):
 class Metrics(NamedTuple):
     """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
 
-    episodic_return: jax.Array  # mean return of the episodes finished in the iteration (NaN: none)
-    episodic_length: jax.Array
-    loss: jax.Array  # mean over the iteration's gradient steps (NaN: none)
-    q_values: jax.Array
-    epsilon: jax.Array  # the exploration rate of the iteration's last step
-    gradient_steps: jax.Array  # gradient steps taken in the iteration
+    episodic_return: jax.Array  # [] mean return of the episodes finished in the iteration, NaN if none did
+    episodic_length: jax.Array  # [] their mean length, NaN if none did
+    loss: jax.Array  # [] mean cross-entropy over the iteration's gradient steps, NaN if it took none
+    q_values: jax.Array  # [] mean expected Q(s, a) over the same gradient steps, NaN if it took none
+    epsilon: jax.Array  # [] the exploration rate of the iteration's last step
+    gradient_steps: jax.Array  # [] gradient steps taken in the iteration
 
 
-LOSSES = ("loss", "q_values")  # CleanRL's TensorBoard tags:
+LOSSES = ("loss", "q_values")  # CleanRL's TensorBoard tags, losses/ for these and charts/ for the rest
 METRIC_TAGS = {name: f"{'losses' if name in LOSSES else 'charts'}/{name}" for name in Metrics._fields}
 
 
@@ -211,20 +215,20 @@ METRIC_TAGS = {name: f"{'losses' if name in LOSSES else 'charts'}/{name}" for na
 
 def buffer_init(capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> ReplayBuffer:
     zeros, obs = jnp.zeros(capacity), jnp.zeros((capacity, *obs_shape), obs_dtype)
-    data = Transition(obs, zeros.astype(jnp.int32), zeros, zeros.astype(bool), obs)  # [C, ...]
+    data = Transition(obs, zeros.astype(jnp.int32), zeros, zeros.astype(bool), obs)  # [R, ...]
     return ReplayBuffer(data, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
 
 
 def buffer_add(buffer: ReplayBuffer, batch: Transition) -> ReplayBuffer:
-    """[C51-1] Write N transitions [N, ...] at slots position, position + 1, ... (mod C)."""
+    """[C51-1] Write N transitions [N, ...] at rows position, position + 1, ... (mod R)."""
     capacity, n = buffer.data.action.shape[0], batch.action.shape[0]
-    slots = (buffer.position + jnp.arange(n)) % capacity  # [N]
-    data = jax.tree.map(lambda x, new: x.at[slots].set(new.astype(x.dtype)), buffer.data, batch)
+    rows = (buffer.position + jnp.arange(n)) % capacity  # [N]
+    data = jax.tree.map(lambda x, new: x.at[rows].set(new.astype(x.dtype)), buffer.data, batch)
     return ReplayBuffer(data, (buffer.position + n) % capacity, jnp.minimum(buffer.size + n, capacity))
 
 
 def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Transition:
-    """[C51-1] B transitions drawn uniformly (with replacement) from the filled slots [0, size)."""
+    """[C51-1] B transitions drawn uniformly (with replacement) from the filled rows [0, size)."""
     indices = jax.random.randint(key, (batch_size,), 0, buffer.size)  # [B]
     return jax.tree.map(lambda stored: stored[indices], buffer.data)  # [B, ...]
 
@@ -235,7 +239,8 @@ def linear_schedule(start_e: float, end_e: float, duration: float, step: jax.Arr
 
 
 def epsilon_greedy(key: jax.Array, q_values: jax.Array, epsilon: jax.Array) -> jax.Array:
-    """[C51-4] q_values [N, A] -> actions [N]: per env, uniformly random with probability epsilon."""
+    """[C51-4] epsilon-greedy in the expected Q: q_values [N, A] -> actions [N], per env uniformly
+    random with probability epsilon."""
     explore_key, action_key = jax.random.split(key)
     random_actions = jax.random.randint(action_key, q_values.shape[:1], 0, q_values.shape[-1])  # [N]
     explore = jax.random.uniform(explore_key, q_values.shape[:1]) < epsilon  # [N]
@@ -243,35 +248,35 @@ def epsilon_greedy(key: jax.Array, q_values: jax.Array, epsilon: jax.Array) -> j
 
 
 def expected_q(probs: jax.Array, atoms: jax.Array) -> jax.Array:
-    """[C51-4] Q(s, a) = sum_i p_i(s, a) z_i, the mean of the distribution. probs [..., A, K],
-    atoms [K] -> [..., A]. Acting, Double DQN's selection and the evaluation take its argmax."""
+    """[C51-4] Q(s, a) = sum_i p_i(s, a) z_i, the mean of the distribution. probs [..., A, Z],
+    atoms [Z] -> [..., A]. Acting, Double DQN's selection and the evaluation take its argmax."""
     return (probs * atoms).sum(axis=-1)
 
 
 # The done convention, used by the projection and by `step`:
-#   terminated: the episode truly ended: the return after it is 0, the target is the reward alone.
+#   terminated: the episode truly ended, so the return after it is 0 and the target is the reward alone.
 #   truncated:  the time limit cut the episode; the state it reached still has a return. The
 #               transition stores the real final observation (before gymnax's auto-reset) as
 #               next_obs and bootstraps from it, so only `terminated` is stored.
 def categorical_projection(
     next_probs: jax.Array, rewards: jax.Array, terminated: jax.Array, gamma: float, atoms: jax.Array
 ) -> jax.Array:
-    """[C51-9] The paper's Algorithm 1: r + gamma * (1 - terminated) * Z(s') projected onto the atoms.
-    next_probs: [B, K] the chosen next action's distribution; rewards, terminated: [B]; atoms: [K],
-    evenly spaced from v_min to v_max. -> [B, K], each row summing to 1. Each Tz_j, clipped to
-    [v_min, v_max], splits its mass p_j between its two neighbouring atoms: atom i gets
-    p_j * max(0, 1 - |Tz_j - z_i| / dz), the paper's floor/ceil split as one dense product."""
+    """[C51-9] The categorical projection, the paper's Algorithm 1: r + gamma * (1 - terminated) * Z(s')
+    projected onto the atoms. next_probs: [B, Z] the chosen next action's distribution; rewards,
+    terminated: [B]; atoms: [Z], evenly spaced from v_min to v_max. -> [B, Z], each row summing to 1.
+    Each Tz_j, clipped to [v_min, v_max], splits its mass p_j between its two neighbouring atoms: atom i
+    gets p_j * max(0, 1 - |Tz_j - z_i| / dz), the paper's floor/ceil split as one dense product."""
     v_min, v_max, delta = atoms[0], atoms[-1], (atoms[-1] - atoms[0]) / (atoms.shape[0] - 1)
-    bootstrap = gamma * (1.0 - terminated.astype(jnp.float32))  # [B]: 0 after a termination
-    shifted = jnp.clip(rewards[:, None] + bootstrap[:, None] * atoms, v_min, v_max)  # [B, K] Tz_j
-    closeness = 1.0 - jnp.abs(shifted[:, :, None] - atoms) / delta  # [B, K_j, K_i]
-    return (jnp.clip(closeness, 0.0, 1.0) * next_probs[:, :, None]).sum(axis=1)  # [B, K_i]
+    bootstrap = gamma * (1.0 - terminated.astype(jnp.float32))  # [B], 0 after a termination
+    shifted = jnp.clip(rewards[:, None] + bootstrap[:, None] * atoms, v_min, v_max)  # [B, Z] Tz_j
+    closeness = 1.0 - jnp.abs(shifted[:, :, None] - atoms) / delta  # [B, Z_j, Z_i]
+    return (jnp.clip(closeness, 0.0, 1.0) * next_probs[:, :, None]).sum(axis=1)  # [B, Z_i]
 
 
 def c51_loss(logits: jax.Array, target_probs: jax.Array) -> jax.Array:
-    """[C51-11] The cross-entropy -sum_i m_i log p_i(s, a), averaged over the batch. logits: [B, K],
-    the online network's of the taken action; target_probs: [B, K], the projected target m -> []."""
-    return -(target_probs * jax.nn.log_softmax(logits)).sum(axis=-1).mean()  # log_softmax: never log(0)
+    """[C51-11] The loss, the cross-entropy -sum_i m_i log p_i(s, a), averaged over the batch. logits:
+    [B, Z], the online network's of the taken action; target_probs: [B, Z], the projected target m -> []."""
+    return -(target_probs * jax.nn.log_softmax(logits)).sum(axis=-1).mean()  # log_softmax never takes log(0)
 
 
 # ===== 5. Training: step, gradient step, iteration, make_train =======================
@@ -292,13 +297,13 @@ class Setup(NamedTuple):
     sizes: Sizes
     spec: EnvSpec
     obs_dtype: Any  # [C51-2] the dtype the replay buffer and the state store observations in
-    atoms: np.ndarray  # [K] [C51-7] the support z_i = v_min + i * (v_max - v_min) / (K - 1)
+    atoms: np.ndarray  # [Z] [C51-7] the support, evenly spaced: z_i = v_min + i * (v_max - v_min) / (Z - 1)
     network: QNetwork
     optimizer: optax.GradientTransformation
 
 
 def q_values(setup: Setup, params: Params, obs: jax.Array) -> jax.Array:
-    """obs [X, *obs_shape] -> the expected Q [X, A] of the network with these params."""
+    """obs [..., *obs_shape] -> the expected Q [..., A] of the network with these params."""
     return expected_q(jax.nn.softmax(setup.network.apply(params, obs), axis=-1), setup.atoms)
 
 
@@ -317,7 +322,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
 
     # STEP THE ENVS AND STORE THE TRANSITIONS
     env_keys = jax.random.split(env_key, args.num_envs)  # [N, 2]
-    env_step = step_envs(spec, env_keys, state.env_state, action)  # [C51-5] the N envs, auto-reset
+    # [C51-5] vectorised envs: the harness's step_envs steps the N envs (gymnax's step, auto-reset)
+    env_step = step_envs(spec, env_keys, state.env_state, action)
     # [C51-6] the next state is the real final observation, not the auto-reset one
     final_obs = env_step.final_obs.astype(setup.obs_dtype)  # [N, *obs_shape]
     transitions = Transition(state.obs, action, env_step.reward, env_step.terminated, final_obs)  # [N]
@@ -332,7 +338,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
         key=key,
     )
 
-    # UPDATE NETWORK: [C51-14] past learning_starts, every train_frequency env steps
+    # UPDATE NETWORK: past learning_starts and every train_frequency env steps ([C51-14] both count env
+    # steps, CleanRL's global_step, whatever num_envs is)
     global_step = (index + 1) * args.num_envs
     learning = global_step > args.learning_starts
     train_now = learning & (global_step % args.train_frequency == 0)
@@ -356,15 +363,16 @@ def gradient_step(
     args, network, atoms = setup.args, setup.network, setup.atoms
     batch = buffer_sample(state.buffer, key, args.batch_size)  # [B, ...]
     rows = jnp.arange(args.batch_size)  # [B]
-    # [C51-12] the target is computed outside the loss: no gradient flows through it
-    next_probs = jax.nn.softmax(network.apply(state.target_params, batch.next_obs), axis=-1)  # [B, A, K]
-    # [C51-10] a' = argmax of the expected Q: the target network's (C51) or the online one's (Double)
+    # [C51-12] no gradient through the target: it is computed outside the differentiated loss
+    next_probs = jax.nn.softmax(network.apply(state.target_params, batch.next_obs), axis=-1)  # [B, A, Z]
+    # [C51-10] the next action a' is the argmax of the expected Q, the target network's (C51) or the
+    # online one's (Double DQN); its distribution comes from the target network either way
     chooser = state.params if args.double_dqn else state.target_params
-    next_probs = next_probs[rows, jnp.argmax(q_values(setup, chooser, batch.next_obs), axis=-1)]  # [B, K]
-    target = categorical_projection(next_probs, batch.reward, batch.terminated, args.gamma, atoms)  # [B, K]
+    next_probs = next_probs[rows, jnp.argmax(q_values(setup, chooser, batch.next_obs), axis=-1)]  # [B, Z]
+    target = categorical_projection(next_probs, batch.reward, batch.terminated, args.gamma, atoms)  # [B, Z]
 
     def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
-        logits = network.apply(params, batch.obs)[rows, batch.action]  # [B, K] of the taken action
+        logits = network.apply(params, batch.obs)[rows, batch.action]  # [B, Z] of the taken action
         q_taken = expected_q(jax.nn.softmax(logits, axis=-1), atoms)  # [B]
         return c51_loss(logits, target), q_taken.mean()
 
@@ -421,7 +429,7 @@ def build_setup(args: Args) -> Setup:
         require(0 <= value <= 1, f"--{flag} must lie in [0, 1], got {value}")
     fraction = args.exploration_fraction
     require(0 < fraction <= 1, f"--exploration-fraction must lie in (0, 1], got {fraction}")
-    # [C51-14] the frequencies count env steps: a C51 step takes at most one gradient step
+    # [C51-14] the frequencies count env steps, so a C51 step takes at most one gradient step
     n = args.num_envs
     for name in ("train_frequency", "target_network_frequency"):
         value = getattr(args, name)
@@ -438,7 +446,7 @@ def build_setup(args: Args) -> Setup:
     # [C51-2] MinAtar's 0/1 channels (float32 in gymnax) stored as uint8: a quarter of the memory
     obs_space = spec.env.observation_space(spec.params)
     obs_dtype = jnp.uint8 if spec.binary_obs else obs_space.dtype
-    atoms = np.linspace(args.v_min, args.v_max, args.n_atoms, dtype=np.float32)  # [K] [C51-7]
+    atoms = np.linspace(args.v_min, args.v_max, args.n_atoms, dtype=np.float32)  # [Z] [C51-7]
     cnn = args.network == "cnn" or (args.network == "auto" and image)  # [C51-15]
     # [C51-16] Adam with epsilon 0.01 / batch_size (the paper's, as CleanRL), no gradient clipping
     optimizer = optax.adam(args.learning_rate, eps=0.01 / args.batch_size)

@@ -132,9 +132,12 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = obs.astype(jnp.float32)  # [DQN-2] uint8 0/1 from the buffer -> float
-        if self.cnn:  # x: [..., H, W, C]
-            x = nn.relu(Conv3x3(16)(x))  # [..., H-2, W-2, 16]
+        # [DQN-2] observations arrive in their stored dtype (MinAtar's 0/1 channels as uint8), cast here
+        x = obs.astype(jnp.float32)
+        if self.cnn:  # x [..., height, width, channels]
+            # Conv3x3 (below the banner) is nn.Conv(16, (3, 3), padding="VALID") computed as im2col, there
+            # only for speed on XLA CPU: docs/benchmarks.md, "What the harness does for speed", measures it
+            x = nn.relu(Conv3x3(16)(x))  # [..., height - 2, width - 2, 16]
             x = nn.relu(nn.Dense(128)(x.reshape(*x.shape[:-3], -1)))  # [..., 128]
         else:
             x = x.reshape(*x.shape[: x.ndim - self.obs_rank], -1)  # [..., obs_dim]
@@ -149,23 +152,24 @@ Params = Any  # a flax parameter pytree
 
 
 class Transition(NamedTuple):
-    """Transitions, leading axis X: N of one step, B of a sampled batch, C of the buffer's slots."""
+    """The N transitions of one step, [N, ...]; the replay buffer's rows [R, ...]; a sample [B, ...]."""
 
-    obs: jax.Array  # [X, *obs_shape] stored dtype
-    action: jax.Array  # [X] int32
-    reward: jax.Array  # [X] float32
-    terminated: jax.Array  # [X] bool: no bootstrap from next_obs
-    next_obs: jax.Array  # [X, *obs_shape] the real final observation, before the auto-reset
+    obs: jax.Array  # [N, *obs_shape] stored dtype
+    action: jax.Array  # [N] int32
+    reward: jax.Array  # [N] float32
+    terminated: jax.Array  # [N] bool, true where the episode truly ended (no bootstrap from next_obs)
+    next_obs: jax.Array  # [N, *obs_shape] the real final observation, before the auto-reset
 
 
 class ReplayBuffer(NamedTuple):
-    """[DQN-1] A ring buffer of C = buffer_size transitions. Slots [0, size) are filled; the next
-    insert goes to `position`, wrapping around. Memory per seed: C * (2 * obs_bytes + 4 + 4 + 1)
-    bytes, obs_bytes = prod(obs_shape) * the stored dtype's itemsize (docs/dqn_jax.md has a table)."""
+    """[DQN-1] The replay buffer, a ring of R = buffer_size rows of JAX arrays, one transition a row.
+    Rows [0, size) are filled; the next insert goes to `position`, wrapping around. Memory per seed:
+    R * (2 * obs_bytes + 4 + 4 + 1) bytes, obs_bytes = prod(obs_shape) * the stored dtype's itemsize
+    (docs/dqn_jax.md has a table)."""
 
-    data: Transition  # [C, ...]
-    position: jax.Array  # [] int32, the slot of the next insert
-    size: jax.Array  # [] int32, the number of filled slots (<= C)
+    data: Transition  # [R, ...]
+    position: jax.Array  # [] int32, the row of the next insert
+    size: jax.Array  # [] int32, the number of filled rows (<= R)
 
 
 class RunnerState(NamedTuple):
@@ -196,15 +200,15 @@ class StepInfo(NamedTuple):
 class Metrics(NamedTuple):
     """One iteration's metrics (one logged point); train() stacks them to [num_iterations]."""
 
-    episodic_return: jax.Array  # mean return of the episodes finished in the iteration (NaN: none)
-    episodic_length: jax.Array
-    td_loss: jax.Array  # mean over the iteration's gradient steps (NaN: none)
-    q_values: jax.Array
-    epsilon: jax.Array  # the exploration rate of the iteration's last step
-    gradient_steps: jax.Array  # gradient steps taken in the iteration
+    episodic_return: jax.Array  # [] mean return of the episodes finished in the iteration, NaN if none did
+    episodic_length: jax.Array  # [] their mean length, NaN if none did
+    td_loss: jax.Array  # [] mean over the iteration's gradient steps, NaN if it took none
+    q_values: jax.Array  # [] mean Q(s, a) over the same gradient steps, NaN if it took none
+    epsilon: jax.Array  # [] the exploration rate of the iteration's last step
+    gradient_steps: jax.Array  # [] gradient steps taken in the iteration
 
 
-LOSSES = ("td_loss", "q_values")  # CleanRL's TensorBoard tags:
+LOSSES = ("td_loss", "q_values")  # CleanRL's TensorBoard tags, losses/ for these and charts/ for the rest
 METRIC_TAGS = {name: f"{'losses' if name in LOSSES else 'charts'}/{name}" for name in Metrics._fields}
 
 
@@ -213,20 +217,20 @@ METRIC_TAGS = {name: f"{'losses' if name in LOSSES else 'charts'}/{name}" for na
 
 def buffer_init(capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> ReplayBuffer:
     zeros, obs = jnp.zeros(capacity), jnp.zeros((capacity, *obs_shape), obs_dtype)
-    data = Transition(obs, zeros.astype(jnp.int32), zeros, zeros.astype(bool), obs)  # [C, ...]
+    data = Transition(obs, zeros.astype(jnp.int32), zeros, zeros.astype(bool), obs)  # [R, ...]
     return ReplayBuffer(data, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
 
 
 def buffer_add(buffer: ReplayBuffer, batch: Transition) -> ReplayBuffer:
-    """[DQN-1] Write N transitions [N, ...] at slots position, position + 1, ... (mod C)."""
+    """[DQN-1] Write N transitions [N, ...] at rows position, position + 1, ... (mod R)."""
     capacity, n = buffer.data.action.shape[0], batch.action.shape[0]
-    slots = (buffer.position + jnp.arange(n)) % capacity  # [N]
-    data = jax.tree.map(lambda x, new: x.at[slots].set(new.astype(x.dtype)), buffer.data, batch)
+    rows = (buffer.position + jnp.arange(n)) % capacity  # [N]
+    data = jax.tree.map(lambda x, new: x.at[rows].set(new.astype(x.dtype)), buffer.data, batch)
     return ReplayBuffer(data, (buffer.position + n) % capacity, jnp.minimum(buffer.size + n, capacity))
 
 
 def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Transition:
-    """[DQN-1] B transitions drawn uniformly (with replacement) from the filled slots [0, size)."""
+    """[DQN-1] B transitions drawn uniformly (with replacement) from the filled rows [0, size)."""
     indices = jax.random.randint(key, (batch_size,), 0, buffer.size)  # [B]
     return jax.tree.map(lambda stored: stored[indices], buffer.data)  # [B, ...]
 
@@ -245,7 +249,8 @@ def epsilon_greedy(key: jax.Array, q_values: jax.Array, epsilon: jax.Array) -> j
 
 
 # The done convention, used by the TD target and by `step`:
-#   terminated: the episode truly ended (the MDP stops): no bootstrap, the value after it is 0.
+#   terminated: the episode truly ended (the MDP stops), so the value after it is 0 and nothing is
+#               bootstrapped.
 #   truncated:  the time limit cut the episode; the state it reached still has a value. The
 #               transition stores the real final observation (before gymnax's auto-reset) as
 #               next_obs and bootstraps from it, so only `terminated` is stored.
@@ -304,7 +309,7 @@ class Setup(NamedTuple):
 
 # Every schedule and frequency counts env steps (CleanRL's global_step): after step i (0-based)
 # global_step = (i + 1) * N. i comes from the iteration's index, a scan input that vmap over seeds
-# leaves unbatched, so the lax.cond below stay real branches: a skipped gradient step costs nothing.
+# leaves unbatched, so the lax.cond below stay real branches and a skipped gradient step costs nothing.
 def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, StepInfo]:
     """One DQN step: act in the N envs, store the N transitions, then maybe a gradient step and
     maybe a target update. index: [] int32, the step's number i (not batched over seeds)."""
@@ -319,7 +324,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
 
     # STEP THE ENVS AND STORE THE TRANSITIONS
     env_keys = jax.random.split(env_key, args.num_envs)  # [N, 2]
-    env_step = step_envs(spec, env_keys, state.env_state, action)  # [DQN-5] the N envs, auto-reset
+    # [DQN-5] vectorised envs: the harness's step_envs steps the N envs (gymnax's step, auto-reset)
+    env_step = step_envs(spec, env_keys, state.env_state, action)
     # [DQN-6] the next state is the real final observation, not the auto-reset one
     final_obs = env_step.final_obs.astype(setup.obs_dtype)  # [N, *obs_shape]
     transitions = Transition(state.obs, action, env_step.reward, env_step.terminated, final_obs)  # [N]
@@ -334,7 +340,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
         key=key,
     )
 
-    # UPDATE NETWORK: [DQN-13] past learning_starts, every train_frequency env steps
+    # UPDATE NETWORK: past learning_starts and every train_frequency env steps ([DQN-13] both count env
+    # steps, CleanRL's global_step, whatever num_envs is)
     global_step = (index + 1) * args.num_envs
     learning = global_step > args.learning_starts
     train_now = learning & (global_step % args.train_frequency == 0)
@@ -360,7 +367,7 @@ def gradient_step(
     batch = buffer_sample(state.buffer, key, args.batch_size)  # [B, ...]
     next_q_target = network.apply(state.target_params, batch.next_obs)  # [B, A]
     next_q_online = network.apply(state.params, batch.next_obs) if args.double_dqn else next_q_target
-    # [DQN-14] the target is computed outside the loss: no gradient flows through it
+    # [DQN-14] no gradient through the target: it is computed outside the differentiated loss
     target = td_target(
         batch.reward, batch.terminated, next_q_target, next_q_online, args.gamma, args.double_dqn
     )
@@ -423,7 +430,7 @@ def build_setup(args: Args) -> Setup:
         require(0 <= value <= 1, f"--{flag} must lie in [0, 1], got {value}")
     for flag, value in {"tau": args.tau, "exploration-fraction": args.exploration_fraction}.items():
         require(0 < value <= 1, f"--{flag} must lie in (0, 1], got {value}")
-    # [DQN-13] the frequencies count env steps: a DQN step takes at most one gradient step
+    # [DQN-13] the frequencies count env steps, so a DQN step takes at most one gradient step
     n = args.num_envs
     for name in ("train_frequency", "target_network_frequency"):
         value = getattr(args, name)

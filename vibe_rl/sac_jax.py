@@ -124,25 +124,27 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 def squash_log_std(raw: jax.Array) -> jax.Array:
-    """[SAC-4] raw head output [..., A] -> log_std in [LOG_STD_MIN, LOG_STD_MAX] via tanh (CleanRL's)."""
+    """[SAC-4] the state-dependent log-std, squashed by tanh into its bounds (CleanRL's): raw head output
+    [..., A] -> log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw) + 1.0)
 
 
 def squashed_gaussian(
     mean: jax.Array, log_std: jax.Array, low: np.ndarray, high: np.ndarray
 ) -> distrax.Transformed:
-    """[SAC-3] the policy: a = scale * tanh(x) + bias, x ~ N(mean, exp(log_std)^2) per action dimension;
+    """[SAC-3] the policy, a tanh-squashed Gaussian: a = scale * tanh(x) + bias, x ~ N(mean, exp(log_std)^2);
     mean, log_std [..., A]; low, high [A]. log pi(a) = log N(x) - sum_A (log scale + log(1 - tanh(x)^2)),
     taken at the sample x by sample_and_log_prob (log_prob(a) inverts tanh: inexact near the bounds);
     distrax's Tanh writes log(1 - tanh(x)^2) as 2 (log 2 - x - softplus(-2x)), finite at saturation."""
-    scale, bias = (high - low) / 2.0, (high + low) / 2.0  # [SAC-5] [-1, 1] -> [low, high], per dimension
+    # [SAC-5] actions rescaled from [-1, 1] to the env's [low, high], per dimension
+    scale, bias = (high - low) / 2.0, (high + low) / 2.0  # [A] each
     # Chain applies its last bijector first (tanh, then the affine map); Block sums the log-dets over A
     squash = distrax.Block(distrax.Chain([distrax.ScalarAffine(shift=bias, scale=scale), distrax.Tanh()]), 1)
     return distrax.Transformed(distrax.MultivariateNormalDiag(mean, jnp.exp(log_std)), squash)
 
 
 def torso(x: jax.Array, width: int) -> jax.Array:
-    """[SAC-14] two hidden ReLU layers of `width`, flax's default (LeCun normal) initialisation."""
+    """[SAC-14] the networks' torso, two hidden ReLU layers of `width`, flax's default (LeCun normal) init."""
     return nn.relu(nn.Dense(width)(nn.relu(nn.Dense(width)(x))))
 
 
@@ -180,8 +182,8 @@ class SACParams(NamedTuple):
     """The learned parameters (--save-model writes them with the observation statistics: SavedModel)."""
 
     actor: Params
-    critic: Params  # the twin critics, stacked: every leaf [2, ...]
-    critic_target: Params  # their Polyak averages, [2, ...]
+    critic: Params  # the Q = 2 twin critics, stacked, every leaf [Q, ...]
+    critic_target: Params  # their Polyak averages, [Q, ...]
     log_alpha: jax.Array  # [] the entropy coefficient is alpha = exp(log_alpha), always
 
 
@@ -204,7 +206,8 @@ class Transition(NamedTuple):
 
 
 class ReplayBuffer(NamedTuple):
-    """[SAC-1] A ring of R rows (R = Sizes.buffer_rows); a row holds one step of all N envs."""
+    """[SAC-1] The replay buffer, a ring of R rows (R = Sizes.buffer_rows) carried in the scan; a row
+    holds one step of all N envs."""
 
     data: Transition  # [R, N, ...]
     position: jax.Array  # [] int32, the row written next
@@ -212,7 +215,8 @@ class ReplayBuffer(NamedTuple):
 
 
 class Learner(NamedTuple):
-    """What the gradient steps change: the parameters and their three Adam states [SAC-11]."""
+    """What the gradient steps change: the parameters and their three Adam states ([SAC-11] separate Adam
+    optimisers, policy_lr for the actor, q_lr for the critics and for alpha)."""
 
     params: SACParams
     actor_opt: optax.OptState
@@ -248,23 +252,37 @@ class ActorInfo(NamedTuple):  # one actor (and alpha) step's numbers, each []
 
 
 class StepStats(NamedTuple):
-    """What one step adds to its iteration's Metrics; the iteration's scan stacks them to [K]."""
+    """What one step adds to its iteration's Metrics; the iteration's scan stacks them to [T]."""
 
     return_sum: jax.Array  # [] summed return of the episodes that ended at this step
     length_sum: jax.Array  # [] their summed lengths
     episodes: jax.Array  # [] how many ended
     critic: CriticInfo  # NaN without a gradient step (before learning_starts)
-    actor: ActorInfo  # NaN without an actor step (delayed: see learn)
+    actor: ActorInfo  # NaN without an actor step (actor steps are delayed, see learn)
 
 
-Batch = Transition  # [B, ...]: what buffer_sample returns and the losses read
+Batch = Transition  # [B, ...], what buffer_sample returns and the losses read
 
-# One iteration's metrics (a logged point), each []; train() stacks them to [num_iterations]: the means
-# over the episodes that ended in it and over its steps of each kind (NaN where it has none).
-EPISODE_FIELDS = ("episodic_return", "episodic_length")
-METRIC_FIELDS = (*EPISODE_FIELDS, *CriticInfo._fields, *ActorInfo._fields)
-Metrics = NamedTuple("Metrics", [(name, jax.Array) for name in METRIC_FIELDS])
-METRIC_TAGS = {name: f"{'charts' if name in EPISODE_FIELDS else 'losses'}/{name}" for name in METRIC_FIELDS}
+
+class Metrics(NamedTuple):
+    """One iteration's metrics (one logged point); train() stacks them to [num_iterations]. Each is a
+    mean over the episodes that ended in the iteration or over its steps of one kind, NaN where it has
+    none. The episode means come first, then CriticInfo's fields, then ActorInfo's, in their order."""
+
+    episodic_return: jax.Array  # [] mean return of the episodes that ended in the iteration
+    episodic_length: jax.Array  # [] their mean length
+    qf1_values: jax.Array  # [] mean Q1(s, a) of the batches, over the iteration's critic steps
+    qf2_values: jax.Array  # [] the same for Q2
+    qf1_loss: jax.Array  # [] Q1's mean squared TD error, over the critic steps
+    qf2_loss: jax.Array  # [] Q2's
+    qf_loss: jax.Array  # [] (qf1_loss + qf2_loss) / 2, as CleanRL logs it
+    actor_loss: jax.Array  # [] mean over the iteration's actor steps
+    alpha: jax.Array  # [] the mean entropy coefficient of those actor steps
+    alpha_loss: jax.Array  # [] over the same steps, NaN with --no-autotune
+
+
+EPISODE_FIELDS = ("episodic_return", "episodic_length")  # logged as charts/, the rest as losses/ (CleanRL's)
+METRIC_TAGS = {name: f"{'charts' if name in EPISODE_FIELDS else 'losses'}/{name}" for name in Metrics._fields}
 nans = lambda info_type: info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fields))  # of a step not taken
 
 
@@ -272,10 +290,11 @@ nans = lambda info_type: info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fi
 
 
 # The done convention, used by td_target and by the step:
-#   terminated: the episode truly ended (the MDP stops): no bootstrap, the value after it is 0.
+#   terminated: the episode truly ended (the MDP stops), so the value after it is 0 and nothing is
+#               bootstrapped.
 #   truncated:  the time limit cut the episode; the state it reached still has a value. The buffer's
 #               next_obs is the real observation reached (gymnax's final observation, not the
-#               auto-reset's), and the target bootstraps from it: only `terminated` enters the target.
+#               auto-reset's), and the target bootstraps from it, so only `terminated` enters the target.
 def td_target(
     reward: jax.Array,
     terminated: jax.Array,
@@ -290,21 +309,22 @@ def td_target(
 
 
 def critic_loss_fn(q_values: jax.Array, target: jax.Array) -> tuple[jax.Array, CriticInfo]:
-    """Mean squared TD errors of the twin critics, summed. q_values: [2, B]; target: [B]."""
-    per_critic = jnp.mean((q_values - target[None]) ** 2, axis=1)  # [2]
+    """Mean squared TD errors of the twin critics, summed. q_values: [Q, B]; target: [B]."""
+    per_critic = jnp.mean((q_values - target[None]) ** 2, axis=1)  # [Q]
     loss = per_critic.sum()
-    mean_q = q_values.mean(axis=1)  # [2]
+    mean_q = q_values.mean(axis=1)  # [Q]
     return loss, CriticInfo(mean_q[0], mean_q[1], per_critic[0], per_critic[1], loss / 2.0)
 
 
 def actor_loss_fn(log_prob: jax.Array, q_values: jax.Array, alpha: jax.Array) -> jax.Array:
-    """E[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s). log_prob: [B]; q_values: [2, B]."""
-    return jnp.mean(alpha * log_prob - jnp.min(q_values, axis=0))  # [SAC-6] min of the twins
+    """E[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s). log_prob: [B]; q_values: [Q, B]."""
+    return jnp.mean(alpha * log_prob - jnp.min(q_values, axis=0))  # [SAC-6] twin critics, the min of the two
 
 
 def alpha_loss_fn(log_alpha: jax.Array, log_prob: jax.Array, target_entropy: float) -> jax.Array:
-    """[SAC-10] -alpha * (log pi + target_entropy), log_prob [B] held fixed. Its gradient in log_alpha,
-    -alpha * (E[log pi] + target_entropy), grows alpha while the entropy -E[log pi] is below the target."""
+    """[SAC-10] automatic entropy tuning: the loss -alpha * (log pi + target_entropy), alpha = exp(log_alpha),
+    log_prob [B] held fixed. Its gradient in log_alpha, -alpha * (E[log pi] + target_entropy), grows alpha
+    while the entropy -E[log pi] is below the target."""
     return jnp.mean(-jnp.exp(log_alpha) * (jax.lax.stop_gradient(log_prob) + target_entropy))
 
 
@@ -313,7 +333,8 @@ def rms_init(obs_dim: int) -> RunningMeanStd:
 
 
 def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """[SAC-15] merge a batch x [K, obs_dim] into the running statistics (Chan et al. parallel update)."""
+    """[SAC-15] merge observations x [N, obs_dim] (one step of the N envs) into the running statistics
+    (Chan et al.'s parallel update)."""
     batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
     delta = batch_mean - rms.mean
     total = rms.count + batch_count
@@ -361,10 +382,10 @@ def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Batc
 class Sizes(NamedTuple):
     """The sizes derived from Args, in this one place (never command-line flags)."""
 
-    total_steps: int  # steps of the run (each one env step of the N envs): num_iterations * K
-    steps_per_iteration: int  # K: one logged point every K * num_envs env steps
+    total_steps: int  # steps of the run, each one env step of the N envs, num_iterations * T in all
+    steps_per_iteration: int  # T, so a logged point every T * N env steps
     num_iterations: int  # the logged points
-    buffer_rows: int  # R = buffer_size // num_envs: the replay buffer's rows
+    buffer_rows: int  # R = buffer_size // num_envs, the replay buffer's rows
 
 
 class Setup(NamedTuple):
@@ -380,7 +401,7 @@ class Setup(NamedTuple):
 
 
 def twin_q(setup: Setup, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
-    """[SAC-6] both critics in one call (their parameters are stacked, [2, ...]): [B, ...] -> [2, B]."""
+    """[SAC-6] both critics in one call (their parameters are stacked, [Q, ...]): [B, ...] -> [Q, B]."""
     return jax.vmap(setup.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
 
 
@@ -403,7 +424,7 @@ def actor_step(setup: Setup, batch: Batch, learner: Learner, key: jax.Array) -> 
     params, alpha = learner.params, jnp.exp(learner.params.log_alpha)
 
     def loss(actor_params: Params) -> tuple[jax.Array, jax.Array]:
-        # reparameterised (x = mean + std * noise): the gradient flows through the action into the critics
+        # reparameterised (x = mean + std * noise), so the gradient flows through the action into the critics
         action, log_prob = setup.actor.apply(actor_params, batch.obs).sample_and_log_prob(seed=key)
         return actor_loss_fn(log_prob, twin_q(setup, params.critic, batch.obs, action), alpha), log_prob
 
@@ -470,7 +491,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     random_action = jax.random.uniform(random_key, shape, minval=low, maxval=high)  # [N, A]
     learning = index * num_envs >= args.learning_starts  # []
     action = jnp.where(learning, policy_action, random_action)
-    out = step_envs(spec, jax.random.split(step_key, num_envs), state.env_state, action)  # [SAC-12] N envs
+    # [SAC-12] vectorised envs: a step steps all N envs and takes one gradient step (update-to-data 1/N)
+    out = step_envs(spec, jax.random.split(step_key, num_envs), state.env_state, action)
 
     # STORE: [SAC-7] the real next observation, before the auto-reset (see td_target)
     transition = Transition(state.obs, action, out.reward, out.final_obs, out.terminated * 1.0)
@@ -486,7 +508,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     )
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
-    reset = lambda x: jnp.where(done, 0, x)  # [N]: an episode that ended starts again from 0
+    reset = lambda x: jnp.where(done, 0, x)  # [N], an episode that ended starts again from 0
     state = RunnerState(
         learner, out.state, out.obs, buffer, obs_rms, reset(episode_return), reset(episode_length), key
     )
@@ -495,12 +517,13 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
 
 
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """One SAC iteration: the K = steps_per_iteration steps between two logged points, and their
+    """One SAC iteration: the T = steps_per_iteration steps between two logged points, and their
     Metrics. index: [] int32, the iteration's number; its steps' numbers derive from it, unbatched."""
-    per_iteration = setup.sizes.steps_per_iteration  # K
-    steps = index * per_iteration + jnp.arange(per_iteration)  # [K] the steps' numbers
-    state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats: [K]
-    episodes = stats.episodes.sum()  # none: 0 / 0, NaN, as the means over steps not taken
+    per_iteration = setup.sizes.steps_per_iteration  # T
+    steps = index * per_iteration + jnp.arange(per_iteration)  # [T] the steps' numbers
+    state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats [T]
+    # the episode means are NaN where no episode ended (the mean of nothing), as for steps not taken
+    episodes = stats.episodes.sum()
     critic, actor = jax.tree.map(jnp.nanmean, (stats.critic, stats.actor))
     episode_means = stats.return_sum.sum() / episodes, stats.length_sum.sum() / episodes
     return state, Metrics(*episode_means, *critic, *actor)
@@ -524,8 +547,8 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     require(args.buffer_size >= args.num_envs, "--buffer-size must be at least --num-envs")
     steps = args.total_timesteps // args.num_envs
     require(steps > 0, "--total-timesteps must be at least --num-envs (one step of the envs)")
-    # A logged point every log_frequency env steps: an iteration of K steps. The run is rounded down to
-    # whole iterations, never K to the run (a prime number of steps has no divisor but 1).
+    # A logged point every log_frequency env steps, an iteration of T steps. The run is rounded down to
+    # whole iterations, never T to the run (a prime number of steps has no divisor but 1).
     per_iteration = min(max(1, args.log_frequency // args.num_envs), steps)
     num_iterations = steps // per_iteration
     rows = args.buffer_size // args.num_envs
@@ -544,7 +567,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     key, actor_key, critic_key, reset_key = jax.random.split(key, 4)
     obs_dim = math.prod(spec.obs_shape)
     dummy_obs, dummy_action = jnp.zeros((1, obs_dim)), jnp.zeros((1, spec.action_dim))
-    critic_keys = jax.random.split(critic_key)  # [SAC-6] two critics, their parameters stacked: [2, ...]
+    critic_keys = jax.random.split(critic_key)  # [SAC-6] Q = 2 critics, their parameters stacked [Q, ...]
     critic = jax.vmap(setup.critic.init, in_axes=(0, None, None))(critic_keys, dummy_obs, dummy_action)
     # [SAC-10] alpha = exp(log_alpha) starts at 1 with --autotune (as CleanRL), at --alpha without;
     # --alpha 0 is stored as float32's smallest normal number, whose log is finite
@@ -554,7 +577,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     learner = Learner(params, actor_opt, q_init(critic), q_init(params.log_alpha))
     obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
     buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
-    zeros, obs_rms = jnp.zeros(num_envs), rms_init(obs_dim)  # zeros: the running episodes' returns, lengths
+    zeros, obs_rms = jnp.zeros(num_envs), rms_init(obs_dim)  # zeros for the running episodes' statistics
     return RunnerState(learner, env_state, obs, buffer, obs_rms, zeros, zeros.astype(jnp.int32), key)
 
 

@@ -130,7 +130,7 @@ class Args:
 
 
 def torso(x: jax.Array, width: int) -> jax.Array:
-    """[TD3-10] two hidden ReLU layers of `width`, flax's default (LeCun normal) initialisation."""
+    """[TD3-10] the networks' torso, two hidden ReLU layers of `width`, flax's default (LeCun normal) init."""
     return nn.relu(nn.Dense(width)(nn.relu(nn.Dense(width)(x))))
 
 
@@ -144,7 +144,8 @@ class Actor(nn.Module):
     def __call__(self, obs: jax.Array) -> jax.Array:
         low, high = self.spec.action_low, self.spec.action_high
         x = nn.tanh(nn.Dense(self.spec.action_dim)(torso(obs, self.hidden_size)))  # [..., A] in [-1, 1]
-        return x * (high - low) / 2.0 + (high + low) / 2.0  # [TD3-5] [-1, 1] -> [low, high], per dimension
+        # [TD3-5] the deterministic actor's tanh output, rescaled to the env's [low, high] per dimension
+        return x * (high - low) / 2.0 + (high + low) / 2.0
 
 
 class QNetwork(nn.Module):
@@ -165,12 +166,12 @@ Params = Any  # a flax parameter pytree
 
 class TD3Params(NamedTuple):
     """The learned parameters (--save-model writes them with the observation statistics: SavedModel).
-    C critics: 2 (TD3), 1 (DDPG)."""
+    Q critics, 2 for TD3 and 1 for DDPG."""
 
     actor: Params
-    actor_target: Params  # [TD3-8] its Polyak average
-    critic: Params  # the C critics, stacked: every leaf [C, ...]
-    critic_target: Params  # their Polyak averages, [C, ...]
+    actor_target: Params  # [TD3-8] the actor's target network, its Polyak average
+    critic: Params  # the Q critics, stacked, every leaf [Q, ...]
+    critic_target: Params  # their Polyak averages, [Q, ...]
 
 
 class RunningMeanStd(NamedTuple):
@@ -192,7 +193,8 @@ class Transition(NamedTuple):
 
 
 class ReplayBuffer(NamedTuple):
-    """[TD3-4] A ring of R rows (R = Sizes.buffer_rows); a row holds one step of all N envs."""
+    """[TD3-4] The replay buffer, a ring of R rows (R = Sizes.buffer_rows) carried in the scan; a row
+    holds one step of all N envs."""
 
     data: Transition  # [R, N, ...]
     position: jax.Array  # [] int32, the row written next
@@ -204,7 +206,7 @@ class Learner(NamedTuple):
 
     params: TD3Params
     actor_opt: optax.OptState
-    critic_opt: optax.OptState  # of the C critics together
+    critic_opt: optax.OptState  # of the Q critics together
 
 
 class RunnerState(NamedTuple):
@@ -233,23 +235,35 @@ class ActorInfo(NamedTuple):  # one actor step's numbers, each []
 
 
 class StepStats(NamedTuple):
-    """What one step adds to its iteration's Metrics; the iteration's scan stacks them to [K]."""
+    """What one step adds to its iteration's Metrics; the iteration's scan stacks them to [T]."""
 
     return_sum: jax.Array  # [] summed return of the episodes that ended at this step
     length_sum: jax.Array  # [] their summed lengths
     episodes: jax.Array  # [] how many ended
     critic: CriticInfo  # NaN without a gradient step (before learning_starts)
-    actor: ActorInfo  # NaN without an actor step (delayed: see learn)
+    actor: ActorInfo  # NaN without an actor step (actor steps are delayed, see learn)
 
 
-Batch = Transition  # [B, ...]: what buffer_sample returns and the losses read
+Batch = Transition  # [B, ...], what buffer_sample returns and the losses read
 
-# One iteration's metrics (a logged point), each []; train() stacks them to [num_iterations]: the means
-# over the episodes that ended in it and over its steps of each kind (NaN where it has none).
-EPISODE_FIELDS = ("episodic_return", "episodic_length")
-METRIC_FIELDS = (*EPISODE_FIELDS, *CriticInfo._fields, *ActorInfo._fields)
-Metrics = NamedTuple("Metrics", [(name, jax.Array) for name in METRIC_FIELDS])
-METRIC_TAGS = {name: f"{'charts' if name in EPISODE_FIELDS else 'losses'}/{name}" for name in METRIC_FIELDS}
+
+class Metrics(NamedTuple):
+    """One iteration's metrics (one logged point); train() stacks them to [num_iterations]. Each is a
+    mean over the episodes that ended in the iteration or over its steps of one kind, NaN where it has
+    none. The episode means come first, then CriticInfo's fields, then ActorInfo's, in their order."""
+
+    episodic_return: jax.Array  # [] mean return of the episodes that ended in the iteration
+    episodic_length: jax.Array  # [] their mean length
+    qf1_values: jax.Array  # [] mean Q1(s, a) of the batches, over the iteration's critic steps
+    qf2_values: jax.Array  # [] the same for Q2, NaN with one critic (DDPG)
+    qf1_loss: jax.Array  # [] Q1's mean squared TD error, over the critic steps
+    qf2_loss: jax.Array  # [] Q2's, NaN with one critic
+    qf_loss: jax.Array  # [] the mean of the critics' losses, as CleanRL logs it
+    actor_loss: jax.Array  # [] mean over the iteration's actor steps
+
+
+EPISODE_FIELDS = ("episodic_return", "episodic_length")  # logged as charts/, the rest as losses/ (CleanRL's)
+METRIC_TAGS = {name: f"{'charts' if name in EPISODE_FIELDS else 'losses'}/{name}" for name in Metrics._fields}
 nans = lambda info_type: info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fields))  # of a step not taken
 
 
@@ -257,7 +271,7 @@ nans = lambda info_type: info_type(*(jnp.asarray(jnp.nan) for _ in info_type._fi
 
 
 def explore(action: jax.Array, key: jax.Array, std: float, low: np.ndarray, high: np.ndarray) -> jax.Array:
-    """[TD3-6] exploration: mu(s) + N(0, (std * scale)^2) per dimension, clipped to the bounds.
+    """[TD3-6] Gaussian exploration: mu(s) + N(0, (std * scale)^2) per dimension, clipped to the bounds.
     action [N, A]; low, high [A]; std in units of scale = (high - low) / 2, as CleanRL's."""
     noise = jax.random.normal(key, action.shape) * std * (high - low) / 2.0  # [N, A]
     return jnp.clip(action + noise, low, high)
@@ -273,25 +287,27 @@ def smoothed_target_action(
 
 
 def bootstrap_q(next_q: jax.Array, clipped_double_q: bool) -> jax.Array:
-    """[TD3-1] the value the target bootstraps from: next_q [C, B] (the target critics at (s', a'))
-    -> [B], the min of the twins (clipped double Q), or the first critic's value (DDPG)."""
+    """[TD3-1] clipped double Q: the value the target bootstraps from, next_q [Q, B] (the target critics
+    at (s', a')) -> [B], the min of the twins (clipped double Q), or the first critic's value (DDPG)."""
     return jnp.min(next_q, axis=0) if clipped_double_q else next_q[0]
 
 
 # The done convention, used by td_target and by the step:
-#   terminated: the episode truly ended (the MDP stops): no bootstrap, the value after it is 0.
+#   terminated: the episode truly ended (the MDP stops), so the value after it is 0 and nothing is
+#               bootstrapped.
 #   truncated:  the time limit cut the episode; the state it reached still has a value. The buffer's
 #               next_obs is the real observation reached (gymnax's final observation, not the
-#               auto-reset's), and the target bootstraps from it: only `terminated` enters the target.
+#               auto-reset's), and the target bootstraps from it, so only `terminated` enters the target.
 def td_target(reward: jax.Array, terminated: jax.Array, next_q: jax.Array, gamma: float) -> jax.Array:
-    """[TD3-7] the TD target r + gamma * (1 - terminated) * Q'(s', a'), all [B]; next_q from bootstrap_q."""
+    """[TD3-7] the TD target r + gamma * (1 - terminated) * Q'(s', a'), which bootstraps through a
+    truncation but not through a termination; all [B], next_q from bootstrap_q."""
     return reward + gamma * (1.0 - terminated) * next_q
 
 
 def critic_loss_fn(q_values: jax.Array, target: jax.Array) -> tuple[jax.Array, CriticInfo]:
-    """Mean squared TD errors of the C critics, summed. q_values: [C, B]; target: [B]."""
-    per_critic = jnp.mean((q_values - target[None]) ** 2, axis=1)  # [C]
-    pad = lambda x: jnp.concatenate([x, jnp.full(2 - x.shape[0], jnp.nan)])  # [2]: NaN for a missing Q2
+    """Mean squared TD errors of the Q critics, summed. q_values: [Q, B]; target: [B]."""
+    per_critic = jnp.mean((q_values - target[None]) ** 2, axis=1)  # [Q]
+    pad = lambda x: jnp.concatenate([x, jnp.full(2 - x.shape[0], jnp.nan)])  # [2], NaN for a missing Q2
     mean_q, losses = pad(q_values.mean(axis=1)), pad(per_critic)
     return per_critic.sum(), CriticInfo(mean_q[0], mean_q[1], losses[0], losses[1], per_critic.mean())
 
@@ -306,7 +322,8 @@ def rms_init(obs_dim: int) -> RunningMeanStd:
 
 
 def rms_update(rms: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """[TD3-11] merge a batch x [K, obs_dim] into the running statistics (Chan et al. parallel update)."""
+    """[TD3-11] merge observations x [N, obs_dim] (one step of the N envs) into the running statistics
+    (Chan et al.'s parallel update)."""
     batch_mean, batch_var, batch_count = x.mean(0), x.var(0), x.shape[0]
     delta = batch_mean - rms.mean
     total = rms.count + batch_count
@@ -354,11 +371,11 @@ def buffer_sample(buffer: ReplayBuffer, key: jax.Array, batch_size: int) -> Batc
 class Sizes(NamedTuple):
     """The sizes derived from Args, in this one place (never command-line flags)."""
 
-    total_steps: int  # steps of the run (each one env step of the N envs): num_iterations * K
-    steps_per_iteration: int  # K: one logged point every K * num_envs env steps
+    total_steps: int  # steps of the run, each one env step of the N envs, num_iterations * T in all
+    steps_per_iteration: int  # T, so a logged point every T * N env steps
     num_iterations: int  # the logged points
-    buffer_rows: int  # R = buffer_size // num_envs: the replay buffer's rows
-    num_critics: int  # C: 2 with --clipped-double-q, else 1
+    buffer_rows: int  # R = buffer_size // num_envs, the replay buffer's rows
+    num_critics: int  # Q, 2 with --clipped-double-q, else 1
 
 
 class Setup(NamedTuple):
@@ -368,24 +385,24 @@ class Setup(NamedTuple):
     sizes: Sizes
     spec: EnvSpec
     actor: Actor
-    critic: QNetwork  # one critic; critics applies all C
+    critic: QNetwork  # one critic; critics applies all Q
     optimizer: optax.GradientTransformation  # Adam, for the actor and the critics (each its own state)
 
 
 def critics(setup: Setup, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
-    """The C critics in one call (their parameters are stacked, [C, ...]): [B, ...] -> [C, B]."""
+    """The Q critics in one call (their parameters are stacked, [Q, ...]): [B, ...] -> [Q, B]."""
     return jax.vmap(setup.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
 
 
 def critic_step(setup: Setup, learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, CriticInfo]:
     """One gradient step of the critics toward the TD target of the target actor and critics."""
     args, spec, params = setup.args, setup.spec, learner.params
-    noise_std = args.policy_noise if args.target_policy_smoothing else 0.0  # [TD3-3] off: no noise
+    noise_std = args.policy_noise if args.target_policy_smoothing else 0.0  # [TD3-3] off means no noise
     next_action = setup.actor.apply(params.actor_target, batch.next_obs)  # [B, A]
     next_action = smoothed_target_action(
         next_action, key, noise_std, args.noise_clip, spec.action_low, spec.action_high
     )
-    next_q = critics(setup, params.critic_target, batch.next_obs, next_action)  # [C, B]
+    next_q = critics(setup, params.critic_target, batch.next_obs, next_action)  # [Q, B]
     next_q = bootstrap_q(next_q, args.clipped_double_q)  # [B]
     target = td_target(batch.reward, batch.terminated, next_q, args.gamma)  # [B]
     loss = lambda critic: critic_loss_fn(critics(setup, critic, batch.obs, batch.action), target)
@@ -452,7 +469,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     random_action = jax.random.uniform(random_key, (num_envs, spec.action_dim), minval=low, maxval=high)
     learning = index * num_envs >= args.learning_starts  # []
     action = jnp.where(learning, policy_action, random_action)  # [N, A]
-    out = step_envs(spec, jax.random.split(step_key, num_envs), state.env_state, action)  # [TD3-9] N envs
+    # [TD3-9] vectorised envs: a step steps all N envs and takes one critic step
+    out = step_envs(spec, jax.random.split(step_key, num_envs), state.env_state, action)
 
     # STORE: [TD3-7] the real next observation, before the auto-reset (see td_target)
     transition = Transition(state.obs, action, out.reward, out.final_obs, out.terminated * 1.0)
@@ -468,7 +486,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     )
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
-    reset = lambda x: jnp.where(done, 0, x)  # [N]: an episode that ended starts again from 0
+    reset = lambda x: jnp.where(done, 0, x)  # [N], an episode that ended starts again from 0
     state = RunnerState(
         learner, out.state, out.obs, buffer, obs_rms, reset(episode_return), reset(episode_length), key
     )
@@ -477,12 +495,13 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
 
 
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
-    """One TD3 iteration: the K = steps_per_iteration steps between two logged points, and their
+    """One TD3 iteration: the T = steps_per_iteration steps between two logged points, and their
     Metrics. index: [] int32, the iteration's number; its steps' numbers derive from it, unbatched."""
-    per_iteration = setup.sizes.steps_per_iteration  # K
-    steps = index * per_iteration + jnp.arange(per_iteration)  # [K] the steps' numbers
-    state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats: [K]
-    episodes = stats.episodes.sum()  # none: 0 / 0, NaN, as the means over steps not taken
+    per_iteration = setup.sizes.steps_per_iteration  # T
+    steps = index * per_iteration + jnp.arange(per_iteration)  # [T] the steps' numbers
+    state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats [T]
+    # the episode means are NaN where no episode ended (the mean of nothing), as for steps not taken
+    episodes = stats.episodes.sum()
     critic, actor = jax.tree.map(jnp.nanmean, (stats.critic, stats.actor))
     episode_means = stats.return_sum.sum() / episodes, stats.length_sum.sum() / episodes
     return state, Metrics(*episode_means, *critic, *actor)
@@ -518,8 +537,8 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     require(args.buffer_size >= args.num_envs, "--buffer-size must be at least --num-envs")
     steps = args.total_timesteps // args.num_envs
     require(steps > 0, "--total-timesteps must be at least --num-envs (one step of the envs)")
-    # A logged point every log_frequency env steps: an iteration of K steps. The run is rounded down to
-    # whole iterations, never K to the run (a prime number of steps has no divisor but 1).
+    # A logged point every log_frequency env steps, an iteration of T steps. The run is rounded down to
+    # whole iterations, never T to the run (a prime number of steps has no divisor but 1).
     per_iteration = min(max(1, args.log_frequency // args.num_envs), steps)
     num_iterations = steps // per_iteration
     rows, num_critics = args.buffer_size // args.num_envs, 2 if args.clipped_double_q else 1
@@ -537,14 +556,14 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     key, actor_key, critic_key, reset_key = jax.random.split(key, 4)
     obs_dim = math.prod(spec.obs_shape)
     dummy_obs, dummy_action = jnp.zeros((1, obs_dim)), jnp.zeros((1, spec.action_dim))
-    critic_keys = jax.random.split(critic_key, setup.sizes.num_critics)  # [TD3-1] C critics, stacked
+    critic_keys = jax.random.split(critic_key, setup.sizes.num_critics)  # [TD3-1] Q critics, stacked
     critic = jax.vmap(setup.critic.init, in_axes=(0, None, None))(critic_keys, dummy_obs, dummy_action)
     actor = setup.actor.init(actor_key, dummy_obs)
     params = TD3Params(actor, actor, critic, critic)
     learner = Learner(params, setup.optimizer.init(actor), setup.optimizer.init(critic))
     obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
     buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
-    zeros, obs_rms = jnp.zeros(num_envs), rms_init(obs_dim)  # zeros: the running episodes' returns, lengths
+    zeros, obs_rms = jnp.zeros(num_envs), rms_init(obs_dim)  # zeros for the running episodes' statistics
     return RunnerState(learner, env_state, obs, buffer, obs_rms, zeros, zeros.astype(jnp.int32), key)
 
 
