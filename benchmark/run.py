@@ -310,11 +310,10 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 # =====================================================================================
 
 
-def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
-    """Run one entry, read it back, and judge it against its threshold."""
-    tag = f"{Path(entry.script).stem}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
-    tag += f"__{entry.variant}" if entry.variant else ""
-    flags = [
+def entry_flags(entry: Entry) -> list[str]:
+    """The flags an entry runs its script with (`launch` adds --output-dir); benchmark/commands.py
+    writes them, less the harness's own, as the commands of docs/commands.md."""
+    return [
         "--env-id",
         entry.env,
         "--total-timesteps",
@@ -329,6 +328,13 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         str(entry.eval_frequency),
         *flag_list(entry.flags),
     ]
+
+
+def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
+    """Run one entry, read it back, and judge it against its threshold."""
+    tag = f"{Path(entry.script).stem}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
+    tag += f"__{entry.variant}" if entry.variant else ""
+    flags = entry_flags(entry)
     outcome = launch(
         ROOT / entry.script, flags, out / "runs" / tag, entry.timeout, out / "logs" / f"{tag}.log"
     )
@@ -720,6 +726,7 @@ RESULTS_INTRO = """\
 Written by `python -m benchmark --results-doc` (benchmark/run.py, `write_results_doc`) from runs
 of the suite, benchmark/suite.toml (the first run's command and date below; any other run's in
 the notes, `--from-results`): regenerate it, do not edit it by hand.
+Each entry's command, to train it as the suite does: [commands.md](commands.md).
 
 **Measured:** {date} with `{command}` ({preset} preset), on {device_kind} ({backend}, {cpu_count}
 CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -68,17 +67,6 @@ def run_script(
     return subprocess.run(**command, capture_output=True, timeout=timeout)
 
 
-def run_with_every_output(name: str, flags: list[str], output_dir: Path, env_id: str) -> tuple[Path, str]:
-    """A tiny run with every optional output on (--save-model --capture-video --track,
-    --exp-name tiny); it must succeed. Returns its run directory and its stdout."""
-    extra = ["--save-model", "--capture-video", "--track", "--exp-name", "tiny"]
-    result = run_script(name, *flags, "--output-dir", str(output_dir), *extra)
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(output_dir)
-    assert run_dir.name.startswith(f"{env_id}__tiny__1__")
-    return run_dir, result.stdout
-
-
 def start_script(name: str, *flags: str) -> subprocess.Popen:
     """Start `python vibe_rl/{name}.py FLAGS` in the background, output piped."""
     return subprocess.Popen(**script_command(name, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -106,23 +94,6 @@ def exit_of_main(module: ModuleType, flags: list[str], monkeypatch: Any, capsys:
     return exit_info.value.code, capsys.readouterr().err
 
 
-def check_bad_input(module: ModuleType, flags: list[str], message: str, monkeypatch: Any, capsys: Any):
-    """Bad input is refused before compiling: exit status 2 and one line that says why."""
-    code, err = exit_of_main(module, flags, monkeypatch, capsys)
-    assert code == 2, err
-    assert message in err and len(err.strip().splitlines()) == 1, err
-
-
-def fake_run_dir(parent: Path, env_id: str, args: Any) -> Path:
-    """A run directory with the args.json of `args` and an empty checkpoint: enough for
-    --resume's checks of the flags, which come before anything is read or compiled."""
-    run_dir = parent / f"{env_id}__x__1__1"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "state.msgpack").write_bytes(b"")
-    (run_dir / "args.json").write_text(json.dumps({**asdict(args), "run_seed": 1}))
-    return run_dir
-
-
 def only_run_dir(output_dir: Path) -> Path:
     (run_dir,) = [p for p in output_dir.iterdir() if p.is_dir()]
     return run_dir
@@ -141,36 +112,6 @@ def read_events(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def check_run_dir(run_dir: Path, tags: list[str], total_steps: int, exp_name: str) -> dict[str, Any]:
-    """Check every file a run writes (README.md, "What a run writes"); return the parsed eval.json."""
-    from PIL import Image
-
-    args = json.loads((run_dir / "args.json").read_text())
-    assert args["exp_name"] == exp_name
-
-    points = read_jsonl(run_dir / "metrics.jsonl")
-    assert points, "metrics.jsonl is empty"
-    steps = [p["global_step"] for p in points]
-    assert steps == sorted(steps) and steps[0] > 0 and steps[-1] <= total_steps
-
-    events = read_events(run_dir)
-    for tag in tags:
-        assert tag in events, f"TensorBoard tag {tag} missing; has {sorted(events)}"
-        assert tag in {k for p in points for k in p}, f"{tag} missing from metrics.jsonl"
-
-    with Image.open(run_dir / "episodic_return.png") as image:
-        assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
-
-    assert (run_dir / "checkpoints" / "state.msgpack").is_file()
-    assert not list((run_dir / "checkpoints").glob("*.tmp")), "a temporary checkpoint was left"
-
-    evaluation = json.loads((run_dir / "eval.json").read_text())
-    for field in ("returns", "lengths", "mean", "std", "episodes"):
-        assert field in evaluation
-    assert len(evaluation["returns"]) == len(evaluation["lengths"]) == evaluation["episodes"]
-    return evaluation
 
 
 def check_gif(path: Path) -> None:

@@ -151,6 +151,27 @@ def test_flag_list_spells_tyro_flags():
     ]
 
 
+def test_commands_page_is_current_and_its_commands_are_the_suites_less_the_harness_flags():
+    commands = importlib.import_module("benchmark.commands")
+    assert (ROOT / "docs" / "commands.md").read_text() == commands.page(), "run python -m benchmark.commands"
+    suite = bench.load_suite()
+    (cartpole,) = [
+        e
+        for e in bench.select_entries(suite, quick=False, algos=["ppo_jax_scan"])
+        if e.name == "ppo_jax_scan" and e.env == "CartPole-v1"
+    ]
+    assert commands.command(cartpole) == (
+        "python vibe_rl/ppo_jax_scan.py --env-id CartPole-v1 --total-timesteps 500000 --num-seeds 5 \\\n"
+        "    --num-envs 8"
+    )
+    for entry in bench.select_entries(suite, quick=False):  # every flag the suite runs with is in it
+        text = commands.command(entry).replace(" \\\n    ", " ")
+        ran = " ".join(bench.entry_flags(entry))
+        for flag in commands.HARNESS_ONLY:
+            ran = re.sub(rf"{flag} \S+ ?", "", ran)
+        assert text == f"python {entry.script} {ran.strip()}"
+
+
 def fake_entry(env: str, threshold: float, script: str = "FAKE", timeout: float = 20, **flags: object) -> str:
     """One [[entry]] of a suite running the fake script; keyword flags become --kebab-case flags."""
     table = ", ".join(f"{k.replace('_', '-')} = {json.dumps(v)}" for k, v in flags.items())
