@@ -77,17 +77,17 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient"""
+    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too)"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
-    """coefficient of the entropy bonus"""
+    """coefficient of the entropy bonus (>= 0)"""
     vf_coef: float = 0.5
-    """coefficient of the value loss"""
+    """coefficient of the value loss (>= 0)"""
     max_grad_norm: float = 0.5
-    """the maximum global norm of the gradient"""
+    """the maximum global norm of the gradient (> 0)"""
     target_kl: float | None = None
-    """skip the remaining epochs of an iteration once approx_kl exceeds this"""
+    """skip the remaining epochs of an iteration once approx_kl exceeds this (>= 0; unset: no early stop)"""
     hidden_size: int = 64
     """width of the two hidden layers of the actor and of the critic (cnn: of its dense layer)"""
     network: Literal["mlp", "cnn"] = "mlp"
@@ -575,6 +575,15 @@ def build_setup(args: Args) -> Setup:
     )
     require(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
     require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
+    epochs = args.update_epochs  # the length of a scan, an int32
+    require(epochs < 2**31, f"--update-epochs must be below 2**31, got {epochs}")
+    # the loss's coefficients, and the clips: a negative one would turn its term (or the gradient) around
+    for flag, value in {"clip-coef": args.clip_coef, "max-grad-norm": args.max_grad_norm}.items():
+        require(value > 0, f"--{flag} must be positive, got {value}")
+    for flag, value in {"ent-coef": args.ent_coef, "vf-coef": args.vf_coef}.items():
+        require(value >= 0, f"--{flag} must be >= 0, got {value}")
+    kl = args.target_kl
+    require(kl is None or kl >= 0, f"--target-kl must be >= 0 (or unset), got {kl}")
     batch_size = args.num_envs * args.num_steps
     batch = f"num_envs * num_steps = {args.num_envs} * {args.num_steps} = {batch_size}"
     require(
