@@ -76,15 +76,15 @@ class Args:
     update_epochs: int = 4
     """the number of epochs over the rollout per iteration"""
     max_grad_norm: float = 10.0
-    """the maximum global norm of the gradient"""
+    """the maximum global norm of the gradient (> 0)"""
     reward_scale: float = 0.1
-    """the rewards are multiplied by this for learning (the logged returns are the env's)"""
+    """the rewards are multiplied by this (> 0) for learning (the logged returns are the env's)"""
     start_e: float = 1.0
     """the starting epsilon of the exploration"""
     end_e: float = 0.2
     """the final epsilon of the exploration"""
     exploration_fraction: float = 0.2
-    """the fraction of total_timesteps over which epsilon decays from start_e to end_e"""
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1]"""
     hidden_size: int = 256
     """width of the MLP's two hidden layers, or of the CNN's dense layer"""
     network: Literal["auto", "mlp", "cnn"] = "auto"
@@ -477,10 +477,15 @@ def build_setup(args: Args) -> Setup:
     network = args.network if args.network != "auto" else ("cnn" if image else "mlp")
     require(0 <= args.gamma <= 1 and 0 <= args.q_lambda <= 1, "--gamma and --q-lambda must lie in [0, 1]")
     require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
+    epochs = args.update_epochs  # the length of a scan, an int32
+    require(epochs < 2**31, f"--update-epochs must be below 2**31, got {epochs}")
     require(args.max_grad_norm > 0, f"--max-grad-norm must be positive, got {args.max_grad_norm}")
+    require(args.reward_scale > 0, f"--reward-scale must be positive, got {args.reward_scale}")
+    start, end, fraction = args.start_e, args.end_e, args.exploration_fraction
     require(
-        0 <= args.start_e <= 1 and 0 <= args.end_e <= 1 and 0 <= args.exploration_fraction <= 1,
-        "--start-e, --end-e and --exploration-fraction must lie in [0, 1]",
+        0 <= start <= 1 and 0 <= end <= 1 and 0 < fraction <= 1,
+        "--start-e, --end-e and --exploration-fraction must lie in [0, 1], the fraction above 0; "
+        f"got {start}, {end}, {fraction}",
     )
     batch_size = args.num_envs * args.num_steps
     batch = f"num_envs * num_steps = {args.num_envs} * {args.num_steps} = {batch_size}"
