@@ -48,7 +48,7 @@ class Args:
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     n_atoms: int = 101
-    """the number of atoms of the return distribution's support"""
+    """the number of atoms of the return distribution's support (at least 2)"""
     v_min: float = -100.0
     """the return of the lowest atom (the support should cover the discounted returns: targets are clipped)"""
     v_max: float = 100.0
@@ -64,13 +64,13 @@ class Args:
     target_network_frequency: int = 500
     """env steps between two copies of the online network into the target network"""
     batch_size: int = 128
-    """the batch size of the samples from the replay memory"""
+    """the batch size of the samples from the replay memory (at most --buffer-size)"""
     start_e: float = 1.0
     """the starting epsilon of the exploration"""
     end_e: float = 0.05
     """the ending epsilon of the exploration"""
     exploration_fraction: float = 0.5
-    """the fraction of total_timesteps over which epsilon decays from start_e to end_e"""
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1]"""
     learning_starts: int = 10_000
     """env steps of pure collection before learning starts"""
     train_frequency: int = 10
@@ -421,6 +421,11 @@ def build_setup(args: Args) -> Setup:
     require_positive(args, "train_frequency", "target_network_frequency")
     require(args.n_atoms >= 2, f"--n-atoms must be at least 2, got {args.n_atoms}")
     require(args.v_min < args.v_max, f"--v-min {args.v_min} must be below --v-max {args.v_max}")
+    # [C51-7] the support: n_atoms atoms evenly spaced on [v_min, v_max], distinct finite float32 numbers
+    bound, spacing = max(abs(args.v_min), abs(args.v_max)), (args.v_max - args.v_min) / (args.n_atoms - 1)
+    distinct = bound <= float(np.finfo(np.float32).max) and spacing > np.spacing(np.float32(bound))
+    support = f"[--v-min {args.v_min}, --v-max {args.v_max}]"
+    require(distinct, f"--n-atoms {args.n_atoms} atoms on {support} are not distinct finite float32 numbers")
     require(args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}")
     image = len(spec.obs_shape) == 3
     require(image or args.network != "cnn", f"--network cnn needs image observations, not {spec.obs_shape}")
@@ -443,6 +448,13 @@ def build_setup(args: Args) -> Setup:
     total, every, starts = sizes.total_steps * n, args.train_frequency, args.learning_starts  # env steps
     span = f"in {total:,} env steps (one every --train-frequency {every})"
     require(starts < total // every * every, f"--learning-starts {starts} leaves no gradient step {span}")
+    period = args.target_network_frequency  # a target update is due where a gradient step may be
+    no_update = f"leaves no target update in {total:,} env steps (learning after step {starts})"
+    require(starts < total // period * period, f"--target-network-frequency {period} {no_update}")
+    size = args.batch_size
+    stored = {"the replay buffer (--buffer-size)": args.buffer_size, "the run (--total-timesteps)": total}
+    for where, count in stored.items():  # a batch draws from the transitions stored
+        require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
     # [C51-2] MinAtar's 0/1 channels (float32 in gymnax) stored as uint8: a quarter of the memory
     obs_space = spec.env.observation_space(spec.params)
     obs_dtype = jnp.uint8 if spec.binary_obs else obs_space.dtype

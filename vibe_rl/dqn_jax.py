@@ -62,17 +62,17 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     tau: float = 1.0
-    """target network update rate: 1.0 is a hard copy, below 1 a Polyak average"""
+    """target network update rate in (0, 1]: 1.0 is a hard copy, below 1 a Polyak average"""
     target_network_frequency: int = 500
     """env steps between two target network updates"""
     batch_size: int = 128
-    """the batch size of the samples from the replay memory"""
+    """the batch size of the samples from the replay memory (at most --buffer-size)"""
     start_e: float = 1.0
     """the starting epsilon of the exploration"""
     end_e: float = 0.05
     """the ending epsilon of the exploration"""
     exploration_fraction: float = 0.5
-    """the fraction of total_timesteps over which epsilon decays from start_e to end_e"""
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1]"""
     learning_starts: int = 10_000
     """env steps of pure collection before learning starts"""
     train_frequency: int = 10
@@ -444,6 +444,13 @@ def build_setup(args: Args) -> Setup:
     total, every, starts = sizes.total_steps * n, args.train_frequency, args.learning_starts  # env steps
     span = f"in {total:,} env steps (one every --train-frequency {every})"
     require(starts < total // every * every, f"--learning-starts {starts} leaves no gradient step {span}")
+    period = args.target_network_frequency  # a target update is due where a gradient step may be
+    no_update = f"leaves no target update in {total:,} env steps (learning after step {starts})"
+    require(starts < total // period * period, f"--target-network-frequency {period} {no_update}")
+    size = args.batch_size
+    stored = {"the replay buffer (--buffer-size)": args.buffer_size, "the run (--total-timesteps)": total}
+    for where, count in stored.items():  # a batch draws from the transitions stored
+        require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
     # [DQN-2] MinAtar's 0/1 channels (float32 in gymnax) stored as uint8: a quarter of the memory
     obs_space = spec.env.observation_space(spec.params)
     obs_dtype = jnp.uint8 if spec.binary_obs else obs_space.dtype
