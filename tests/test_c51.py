@@ -127,7 +127,8 @@ def test_the_target_of_an_episode_end_through_step_and_gradient_step(terminate_a
     transition (s = [4], r = 1, s' = the real final obs [5], not the reset [0]). The gradient step's
     cross-entropy is -sum_i m_i log p_i(s = [4]) for the hand-computed projected target m."""
     atoms = dict(n_atoms=5, v_min=-2.0, v_max=2.0)  # ATOMS
-    setup = c51.build_setup(tiny_args(num_envs=1, buffer_size=1, gamma=0.5, **atoms, **NO_LEARNING))
+    one_slot = dict(num_envs=1, buffer_size=1, batch_size=1)  # a batch is at most the buffer
+    setup = c51.build_setup(tiny_args(**one_slot, gamma=0.5, **atoms, **NO_LEARNING))
     spec = probe_spec(c51, CountingProbe(terminate_at))
     setup = setup._replace(spec=spec, obs_dtype=jnp.float32, network=TableNetwork())
     state = c51.init_state(setup, jax.random.PRNGKey(0))
