@@ -61,9 +61,9 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     tau: float = 0.005
-    """target smoothing coefficient: target <- tau * online + (1 - tau) * target"""
+    """target smoothing coefficient in (0, 1]: target <- tau * online + (1 - tau) * target"""
     batch_size: int = 256
-    """the batch size of sample from the replay memory"""
+    """the batch size of sample from the replay memory (at most --buffer-size)"""
     learning_starts: int = 5_000
     """environment steps of uniformly random actions before the first gradient step"""
     policy_lr: float = 3e-4
@@ -556,6 +556,18 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     last = (sizes.total_steps - 1) * args.num_envs  # the env step the last step starts at
     no_step = f"leaves no gradient step (the last starts at step {last})"
     require(args.learning_starts <= last, f"--learning-starts {args.learning_starts} {no_step}")
+    # the delayed updates: due at the steps that divide by their frequency, at least once while learning
+    steps, first = sizes.total_steps, -(-args.learning_starts // args.num_envs)  # the first step that learns
+    updates = {"policy_frequency": "actor update", "target_network_frequency": "target update"}
+    for name, update in updates.items():
+        period, flag = getattr(args, name), f"--{name.replace('_', '-')}"
+        require(period <= steps, f"{flag} {period} exceeds the run's {steps:,} steps")
+        no_update = f"leaves no {update} in the run's {steps:,} steps (learning from step {first})"
+        require(-(-first // period) * period < steps, f"{flag} {period} {no_update}")
+    size, n = args.batch_size, args.num_envs
+    stored = {"the replay buffer (--buffer-size)": rows * n, "the run (--total-timesteps)": steps * n}
+    for where, count in stored.items():  # a batch draws from the transitions stored
+        require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
     # [SAC-11] Adam for each part: policy_lr for the actor, q_lr for the critics and for alpha
     actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
     return Setup(args, sizes, spec, actor, critic, optax.adam(args.policy_lr), optax.adam(args.q_lr))

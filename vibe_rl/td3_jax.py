@@ -67,9 +67,9 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     tau: float = 0.005
-    """target smoothing coefficient: target <- tau * online + (1 - tau) * target"""
+    """target smoothing coefficient in (0, 1]: target <- tau * online + (1 - tau) * target"""
     batch_size: int = 256
-    """the batch size of sample from the replay memory"""
+    """the batch size of sample from the replay memory (at most --buffer-size)"""
     policy_noise: float = 0.2
     """[TD3-3] the std of the target policy smoothing noise, in units of half the action range"""
     exploration_noise: float = 0.1
@@ -532,7 +532,7 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     require(0 < args.tau <= 1, f"--tau must lie in (0, 1], got {args.tau}")
     require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
     noises = (args.policy_noise, args.exploration_noise, args.noise_clip)
-    require(min(noises) >= 0, "--policy-noise, --exploration-noise and --noise-clip must be >= 0")
+    require(all(x >= 0 for x in noises), "--policy-noise, --exploration-noise and --noise-clip must be >= 0")
     require(args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}")
     require(args.buffer_size >= args.num_envs, "--buffer-size must be at least --num-envs")
     steps = args.total_timesteps // args.num_envs
@@ -546,6 +546,16 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     last = (sizes.total_steps - 1) * args.num_envs  # the env step the last step starts at
     no_step = f"leaves no gradient step (the last starts at step {last})"
     require(args.learning_starts <= last, f"--learning-starts {args.learning_starts} {no_step}")
+    # [TD3-2] the delayed actor updates: due at the steps that divide by --policy-frequency, once at least
+    steps, first = sizes.total_steps, -(-args.learning_starts // args.num_envs)  # the first step that learns
+    period = args.policy_frequency
+    require(period <= steps, f"--policy-frequency {period} exceeds the run's {steps:,} steps")
+    no_update = f"leaves no actor update in the run's {steps:,} steps (learning from step {first})"
+    require(-(-first // period) * period < steps, f"--policy-frequency {period} {no_update}")
+    size, n = args.batch_size, args.num_envs
+    stored = {"the replay buffer (--buffer-size)": rows * n, "the run (--total-timesteps)": steps * n}
+    for where, count in stored.items():  # a batch draws from the transitions stored
+        require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
     actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
     return Setup(args, sizes, spec, actor, critic, optax.adam(args.learning_rate))
 
