@@ -300,9 +300,10 @@ def test_q_bootstraps_through_time_limit_on_a_probe():
 def test_iterations_keep_their_size_and_the_run_is_rounded_to_whole_iterations(
     total_timesteps, num_envs, log_frequency, sizes
 ):
-    args = sac.Args(
-        total_timesteps=total_timesteps, num_envs=num_envs, log_frequency=log_frequency, learning_starts=0
-    )
+    args = sac.Args(  # batches of 32: no more than the smallest run's 40 transitions
+        total_timesteps=total_timesteps, num_envs=num_envs, log_frequency=log_frequency, learning_starts=0,
+        batch_size=32,
+    )  # fmt: skip
     algo = sac.make_algorithm(args)
     assert algo.sizes[:3] == sizes  # total_steps, steps_per_iteration, num_iterations
     assert algo.num_iterations == sizes[2] and algo.env_steps_per_iteration == sizes[1] * num_envs
