@@ -30,6 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_LEARNING = dict(total_timesteps=2 * 10**6, learning_starts=10**6)
 
 
+def run_args(module: ModuleType, run_dir: Path) -> Any:
+    """The Args a run directory's args.json records, read as --resume reads them."""
+    return module.args_from_record(module.read_record(run_dir), run_dir)
+
+
 def load_script(name: str) -> ModuleType:
     """The script vibe_rl/{name}.py, imported from the installed package (pip install -e .)."""
     return importlib.import_module(f"vibe_rl.{name}")
@@ -366,7 +371,7 @@ def check_normalize_obs_paths(module: ModuleType, on_args: Any, off_args: Any) -
 
 def newest_checkpoint(module: ModuleType, run_dir: Path) -> tuple[int, Any]:
     """(iterations done, state) of a run directory's newest checkpoint."""
-    algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
+    algo = module.make_algorithm(run_args(module, run_dir))
     template = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
     return module.read_checkpoint(sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1], template)
 
@@ -387,7 +392,7 @@ def check_a_normalized_run_saves_its_statistics(module: ModuleType, tmp_path: Pa
     acted = np.asarray(final.buffer.data.obs[:600], np.float64).reshape(600, 3)  # raw, 1 env
     np.testing.assert_allclose(final.obs_rms.count, 600.0, atol=1e-3)
     np.testing.assert_allclose(final.obs_rms.mean, acted.mean(0), rtol=1e-3, atol=1e-4)
-    algo = module.make_algorithm(module.args_from_json(run_dir / "args.json"))
+    algo = module.make_algorithm(run_args(module, run_dir))
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
     saved = flax.serialization.from_bytes(
         template, (run_dir / f"{module.__name__.split('.')[-1]}.flax").read_bytes()

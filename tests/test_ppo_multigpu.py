@@ -93,6 +93,7 @@ def train_on(out_dir: Path, name: str) -> dict[str, np.ndarray]:
     assert dict(run.mesh.shape) == {"seeds": 4 // data_devices, "data": data_devices}
     state = ppo.initial_state(run, None)
     chunk = ppo.compile_chunk(run, state)
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.hlo.txt").write_text(chunk.as_text())
     state, metrics = chunk(state, np.int32(0))
     kernel = state.params.actor["params"]["Dense_1"]["kernel"]  # [slots, 4, 64]: the first layer

@@ -108,9 +108,9 @@ class Args:
     exp_name: str = Path(__file__).stem
     """the name of this experiment (part of the run directory's name)"""
     seed: int = 1
-    """seed of the first run; with --num-seeds N the runs use seed, seed+1, ..."""
+    """seed of the first run; with --num-seeds S the runs use seed, seed+1, ... (each in [-2^31, 2^31))"""
     num_seeds: int = 1
-    """independent runs trained together in one program, sharded over the devices"""
+    """independent runs trained together in one program, sharded over the devices (at most 2^20)"""
     track: bool = False
     """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
     wandb_project_name: str = "vibe_rl"
@@ -132,7 +132,8 @@ class Args:
     eval_frequency: int = 0
     """also evaluate every this many env steps during training, at chunk ends (0: only at the end)"""
     cpu_devices: int = 0
-    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core"""
+    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core;
+    at most 1024"""
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
 
@@ -811,10 +812,13 @@ def make_algorithm(args: Args) -> Algorithm:
 
 import atexit
 import contextlib
+import fcntl
 import gc
 import importlib
+import itertools
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -823,6 +827,7 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, fields
 
+import crc32c
 import tyro
 from flax.serialization import from_bytes, to_bytes
 from jax.experimental import multihost_utils
@@ -989,6 +994,7 @@ MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags",
 # Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
     "capture_video", "save_model", *getattr(Args, "resume_may_change", ())}  # fmt: skip
+SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
 EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
 RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
 
@@ -1016,6 +1022,7 @@ class Deferred(types.ModuleType):  # in sys.modules for a module: imports it whe
 
 def start_jax(args: Args) -> None:
     """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    require(args.cpu_devices <= 1024, f"--cpu-devices must be at most 1024, got {args.cpu_devices}")
     for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
             sys.modules[name] = Deferred(name)
@@ -1055,18 +1062,44 @@ def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
     return per_chunk, math.ceil(num_iterations / per_chunk)
 
 
-def args_from_json(path: Path) -> Args:
-    saved = json.loads(path.read_text())
-    return Args(**{f.name: saved[f.name] for f in fields(Args) if f.name in saved.keys() - MACHINE_FLAGS})
+def write_atomic(path: Path, data: bytes) -> None:  # a temporary file renamed into place: never half-written
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    """A run's args.json; ArgsError when it is missing, does not read, or is another script's run."""
+    require((run_dir / "args.json").is_file(), f"--resume {run_dir}: not a run directory (no args.json)")
+    try:
+        record = json.loads((run_dir / "args.json").read_text())
+        record.update(script=record.get("script", SCRIPT))  # older runs did not record it
+    except (OSError, ValueError, AttributeError) as error:  # a torn, edited or unreadable file
+        raise ArgsError(f"--resume {run_dir}: its args.json does not read ({type(error).__name__})") from None
+    script = record["script"]
+    require(
+        script == SCRIPT, f"--resume {run_dir}: a run of {script}, not {SCRIPT}: resume it with that script"
+    )
+    return record
+
+
+def args_from_record(record: dict[str, Any], run_dir: Path) -> Args:
+    """The Args a run recorded (its machine flags are this machine's), each of its flag's type."""
+    defaults, given = Args(), {f.name: record[f.name] for f in fields(Args) if f.name in record}
+    for name, value in given.items():  # an edited args.json fails here, not as a traceback later
+        default = getattr(defaults, name)
+        typed = (
+            default is None or type(value) is type(default) or type(default) is float and type(value) is int
+        )
+        require(typed or value is None, f"--resume {run_dir}: its args.json gives {name} = {value!r}")
+    return Args(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
 
 
 def resume_args(given: Args) -> Args:
     """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
     if given.resume is None:
         return given
-    record = Path(given.resume) / "args.json"
-    require(record.is_file(), f"--resume {given.resume}: not a run directory (no args.json)")
-    args, defaults = args_from_json(record), Args()
+    args, defaults = args_from_record(read_record(Path(given.resume)), Path(given.resume)), Args()
     for name in (f.name for f in fields(Args)):
         value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
         if name in RESUME_MAY_CHANGE and value != default:
@@ -1078,9 +1111,12 @@ def resume_args(given: Args) -> Args:
 
 
 def open_run(args: Args) -> Run:
-    """Check the flags; make the run directories (one per seed, each with its args.json) or find them."""
+    """Check the flags and plan the chunks; on --resume, find and lock the run's directories."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
+    require(args.num_seeds <= 2**20, f"--num-seeds must be at most 2^20, got {args.num_seeds}")
+    seeds = list(range(args.seed, args.seed + args.num_seeds))
+    require(seeds[0] >= -(2**31) and seeds[-1] < 2**31, "--seed: every seed of the run lies in [-2^31, 2^31)")
     if args.track:  # no wandb login: say so now, not after compiling (on a terminal, wandb asks for a key)
         import wandb
 
@@ -1088,7 +1124,9 @@ def open_run(args: Args) -> Run:
             wandb.login(verify=False)  # offline and disabled modes need no key
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
-    algo, seeds = make_algorithm(args), list(range(args.seed, args.seed + args.num_seeds))
+    algo = make_algorithm(args)
+    total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
+    require(total < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 env steps per seed")
     drawn = "classic-control, MinAtar and Brax envs"  # the suites with a renderer (EnvSpec.render)
     require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
     if (mesh := algo.mesh) is None:  # the fewest devices that spread the seeds most evenly
@@ -1096,43 +1134,89 @@ def open_run(args: Args) -> Run:
         devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
         mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
     slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
-    total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
     num_chunks = max(args.num_chunks, math.ceil(total / args.eval_frequency) if args.eval_frequency else 0)
     run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
-    if args.resume is not None:  # found through args.json, whatever the directories are called now
-        record = json.loads((Path(args.resume) / "args.json").read_text())
-        dirs = [Path(args.resume).parent / name for name in record["seed_dirs"]]
-        dirs[seeds.index(record["run_seed"])] = Path(args.resume)
-        missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
-        require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
-        return run._replace(dirs=dirs)
-    stamp = int(to_host(np.array([int(time.time())]))[0])  # process 0's
-    names = [f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
-    dirs = [Path(args.output_dir) / name for name in names]
-    for seed, name, run_dir in zip(seeds, names, dirs, strict=True):
-        record = {**asdict(args), "run_seed": seed, "run_name": name, "seed_dirs": names}
-        if is_main_process():
-            run_dir.mkdir(parents=True)
-            (run_dir / "args.json").write_text(json.dumps(record | {"sizes": algo.sizes._asdict()}, indent=2))
-    return run._replace(dirs=dirs)
+    if args.resume is None:
+        return run
+    record = read_record(
+        Path(args.resume)
+    )  # found through args.json, whatever the directories are called now
+    names = record.get("seed_dirs") or [run_name(args, seed, record["run_stamp"]) for seed in seeds]
+    dirs = [Path(args.resume).parent / name for name in names]
+    dirs[seeds.index(record["run_seed"])] = Path(args.resume)
+    missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
+    require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
+    return lock_run_dirs(run._replace(dirs=dirs))
+
+
+run_name = lambda args, seed, stamp: f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}"
+
+
+def make_run_dirs(run: Run) -> Run:
+    """A new directory per seed, with its args.json: {env}__{exp}__{seed}__{time}, then -1, -2, ... after the
+    time while a run started in the same second holds the name (made atomically: all the seeds' or none)."""
+    args, stamp = run.args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
+    named = lambda tag: [Path(args.output_dir) / run_name(args, seed, tag) for seed in run.seeds]
+    dirs = named(stamp)
+    for number in itertools.count(1) if is_main_process() else []:  # only process 0 writes
+        try:
+            for run_dir in dirs:
+                run_dir.mkdir(parents=True)
+            break
+        except FileExistsError:  # another run's: undo, and try the next name
+            _ = [made.rmdir() for made in dirs[: dirs.index(run_dir)]]
+            dirs = named(f"{stamp}-{number}")
+        except OSError as error:  # a read-only file system, an --output-dir that is a file, ...
+            raise ArgsError(
+                f"--output-dir {args.output_dir}: cannot write there ({error.strerror})"
+            ) from None
+    for seed, run_dir in zip(run.seeds, dirs if is_main_process() else [], strict=False):
+        stamp = run_dir.name.rsplit("__", 1)[1]  # siblings' names differ only by their seed
+        record = {**asdict(args), "script": SCRIPT, "run_seed": seed, "run_name": run_dir.name,
+                  "run_stamp": stamp, "sizes": run.algo.sizes._asdict()}  # fmt: skip
+        write_atomic(run_dir / "args.json", json.dumps(record, indent=2).encode())
+    return lock_run_dirs(run._replace(dirs=dirs))
+
+
+LOCKS: list[Any] = []  # the open lock files of this process's run directories, released when it exits
+
+
+def lock_run_dirs(run: Run) -> Run:
+    """Take each run directory's lock (flock on run.lock; the kernel frees it when its process dies)."""
+    for run_dir in run.dirs if is_main_process() else []:
+        try:
+            lock = open(run_dir / "run.lock", "a+")  # noqa: SIM115 (held until this process exits)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = (run_dir / "run.lock").read_text().strip() or "another process"
+            raise ArgsError(f"--resume {run_dir}: process {holder} is training this run") from None
+        except OSError as error:
+            raise ArgsError(f"{run_dir}: cannot write to this run directory ({error.strerror})") from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        LOCKS.append(lock)
+    return run
 
 
 def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
-    """checkpoints/step_{global_step}.msgpack, written atomically (renamed into place); two are kept."""
+    """checkpoints/step_{global_step}.msgpack, its CRC-32C last, written atomically; two are kept."""
     path = run_dir / "checkpoints" / f"step_{global_step:012d}.msgpack"
     path.parent.mkdir(exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(to_bytes({"iterations": iterations_done, "state": state_of_seed}))
-    os.replace(temporary, path)
+    payload = to_bytes({"iterations": iterations_done, "state": state_of_seed})
+    write_atomic(path, payload + crc32c.crc32c(payload).to_bytes(4, "little"))
     for old in sorted(path.parent.glob("step_*.msgpack"))[:-2]:
         old.unlink()
 
 
 def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
     """(iterations done, the state of one seed); ValueError when the file does not read as one."""
+    data = path.read_bytes()
+    if crc32c.crc32c(data[:-4]).to_bytes(4, "little") != data[-4:]:
+        raise ValueError(f"{path}: its checksum does not match (a corrupt or truncated file)")
     try:
-        restored = from_bytes({"iterations": 0, "state": template}, path.read_bytes())
-    except Exception as error:  # truncated, corrupt, or not a checkpoint of this program
+        restored = from_bytes({"iterations": 0, "state": template}, data[:-4])
+    except Exception as error:  # not a checkpoint of this program
         raise ValueError(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     if jax.tree.map(np.shape, restored["state"]) != jax.tree.map(np.shape, template):
         raise ValueError(f"{path}: its arrays do not fit this run's state")
@@ -1140,17 +1224,19 @@ def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
 
 
 def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
-    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories."""
-    if run.args.resume is None:
+    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories;
+    a run stopped before its first checkpoint starts again."""
+    names = sorted({p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]
+    if run.args.resume is None or not names:
         return 0, None
     template, errors = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)), []
-    for name in sorted({p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]:
+    for name in names:
         try:
             loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
             return loaded[0][0], [state for _, state in loaded]
-        except ValueError as error:
+        except (OSError, ValueError) as error:
             errors.append(str(error))
-    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors) or 'none found'}")
+    raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors)}")
 
 
 # --- The compiled programs: init, one chunk, the evaluation ----------------------------------
@@ -1159,29 +1245,68 @@ pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slot
 seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 
-def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), **jit: Any) -> Any:
-    """jit(vmap(per_seed)) over the mesh's "seeds" axis (one seed: unbatched), at XLA level `level`."""
+def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), check: Any = None,
+                  **jit: Any) -> Any:  # fmt: skip
+    """jit(vmap(per_seed)) over the mesh's "seeds" axis (one seed: unbatched), at XLA level `level`;
+    check(its outputs' shapes) runs before it compiles."""
     lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # a vmapped batch of one trains slower on XLA CPU
     row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
     unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
     program = unbatched if lone else jax.vmap(per_seed, axes, spmd_axis_name="seeds")
     lowered = jax.jit(program, **jit).lower(*inputs)
+    _ = check and check(lowered.out_info)
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
+def require_memory(run: Run, shapes: Any, what: str) -> None:
+    """ArgsError when the arrays `shapes` exceed what the devices hold (an accelerator's allocator limit, or
+    the RAM, within ulimit -v), naming the flags whose values size the largest array."""
+    nbytes = lambda x: math.prod(x.shape) * np.dtype(x.dtype).itemsize
+    need, stats = sum(map(nbytes, jax.tree.leaves(shapes))), jax.local_devices()[0].memory_stats() or {}
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    have = stats.get("bytes_limit", 0) * run.mesh.size or ram
+    if (limit := resource.getrlimit(resource.RLIMIT_AS)[0]) != resource.RLIM_INFINITY:
+        have = min(have, limit)
+    largest = max(jax.tree.leaves(shapes), key=nbytes).shape
+    big = max(largest)  # named: the flags of that size, or of a large size it is a small multiple of
+    sized = lambda v: v == big or v >= 1024 and big % v == 0 and big // v <= 1024
+    flags = [f for f in fields(Args) if f.name not in ("seed", "total_timesteps", "eval_frequency")]
+    sizes = [f"--{f.name.replace('_', '-')} {v}" for f in flags if type(v := getattr(run.args, f.name)) is int
+             and v > 1 and sized(v)]  # fmt: skip
+    require(need <= have, f"{', '.join(sizes) or 'the sizes given'}: {what} need {need / 2**30:,.1f} GiB, "
+            f"more than the {have / 2**30:,.1f} GiB of this machine")  # fmt: skip
+
+
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
-    """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh."""
+    """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh;
+    ArgsError, before compiling, when it or the evaluation cannot fit the devices' memory."""
     shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by seed
     if run.algo.state_specs:  # the seed axis, then each leaf's spec (from the state's shapes: init traced)
         specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
         seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
         shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
-    if restored is None:  # with strong types, as a restored state has them: a resume reruns the same program
-        keys = pad_seeds(np.stack([jax.random.PRNGKey(seed) for seed in run.seeds]), run.slots)  # [slots, 2]
-        init = lambda key: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), run.algo.init(key))
-        return seeds_program(init, (keys,), RUNS_ONCE, out_shardings=shardings)(keys)
-    host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
-    return jax.device_put(host, shardings)  # every process holds the same host arrays
+    if restored is not None:
+        host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
+        return jax.device_put(host, shardings)  # every process holds the same host arrays
+    # with strong types, as a restored state has them: a resume reruns the same program
+    keys = pad_seeds(np.asarray(jax.vmap(jax.random.PRNGKey)(np.array(run.seeds, np.int32))), run.slots)
+    init = lambda key: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), run.algo.init(key))
+    E, T_max = run.args.eval_episodes, run.algo.env.params.max_steps_in_episode
+    episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
+    evaluation = [
+        jax.tree.map(lambda x, n=n: jax.ShapeDtypeStruct((run.slots, n, *x.shape[1:]), x.dtype), episodes)
+        for n in (E, E, T_max)
+    ]  # fmt: skip (its carry in and out, the video)
+    # three copies of the state: the chunk's input and output, and the host's
+    check = lambda state: require_memory(
+        run, [state] * 3 + evaluation, "the training state and its evaluation"
+    )
+    try:
+        return jax.block_until_ready(
+            seeds_program(init, (keys,), RUNS_ONCE, check=check, out_shardings=shardings)(keys)
+        )
+    except jax.errors.JaxRuntimeError as error:  # an allocation the estimate let through
+        raise ArgsError(f"the training state does not fit: {str(error).splitlines()[0]}") from None
 
 
 def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
@@ -1221,53 +1346,81 @@ def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
 
 
 # --- The driver: chunks, and the outputs written between them ----------------------------------
+def wait_for(tree: Any) -> Any:
+    """tree, once computed; the driver waits in Python, not inside XLA, so a signal's handler runs."""
+    leaf = jax.tree.leaves(tree)[0]
+    while not leaf.is_ready():
+        time.sleep(0.001)
+    return tree
+
+
 def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
     """The chunks from iteration `done`. While one runs, the driver writes out the one before (non-finite
-    check, logs, checkpoints, evaluations, progress), or exits on a stop signal (a resume reruns the next)."""
+    check, logs, checkpoints, evaluations, progress). On a stop signal it dispatches no more, writes out the
+    chunk done and exits. It never exits while a chunk computes: Python's teardown under it can crash."""
     algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
     per_iteration, tags, num_seeds = algo.env_steps_per_iteration, algo.metric_tags.items(), len(run.seeds)
     total, at_start = algo.num_iterations * per_iteration, done * per_iteration
-    loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
+    finished = done == algo.num_iterations
+    loggers = [RunLogger(d, run.args, at_start, finished) for d in run.dirs] if is_main_process() else []
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done))  # done ends a chunk (a finished run's: all its iterations skip)
     evaluation = None  # the latest one: the training's end (none when a finished run is resumed)
-    for index in range(math.ceil(done / per_chunk), run.num_chunks):  # a finished run's last may be short
-        (state, metrics), first = in_flight, index * per_chunk
-        if index + 1 < run.num_chunks:
-            in_flight = chunk(state, np.int32(first + per_chunk))
-        num_valid = min(per_chunk, algo.num_iterations - first)
-        # [S, I]: the real seeds (not the padding), the iterations that ran
-        metrics = jax.tree.map(lambda x: x[:num_seeds, :num_valid], to_host(metrics))  # noqa: B023
-        sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
-        host_state, began, step = to_host(state), first * per_iteration, (first + num_valid) * per_iteration
-        if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
-            kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
-            sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
-        evals, due = {}, step == total or every and step // every > began // every  # an evaluation point
-        failed = evaluate.exception() if due or evaluate.done() else None  # its compile (in a thread) failed
-        if due and failed is None:  # every seed's mean return
-            evaluation = evaluate.result()(state)
-            evals["eval/episodic_return"] = to_host(evaluation.returns).astype(np.float64).mean(-1)  # [slots]
-        for i, logger in enumerate(loggers):
-            rows = [{tag: float(getattr(metrics, m)[i, j]) for m, tag in tags} for j in range(num_valid)]
-            rows[-1] |= {"charts/SPS": sps} | {tag: float(x[i]) for tag, x in evals.items()}  # once per chunk
-            logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
-            save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
-        recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the chunk's last quarter
-        latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
-        bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
-        line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
-        evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
-        say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
-        signalled = to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks  # to any process
-        if signalled or failed is not None:  # this chunk's logs and checkpoints are written: a resume goes on
-            for logger in loggers:
-                logger.close()
-            if failed is not None:
+    try:
+        for index in range(math.ceil(done / per_chunk), run.num_chunks):  # a finished run's last may be short
+            (state, metrics), first = wait_for(in_flight), index * per_chunk
+            signalled = to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks  # to any process
+            if index + 1 < run.num_chunks and not signalled:
+                in_flight = chunk(state, np.int32(first + per_chunk))
+            num_valid = min(per_chunk, algo.num_iterations - first)
+            # [S, I]: the real seeds (not the padding), the iterations that ran
+            metrics = jax.tree.map(lambda x: x[:num_seeds, :num_valid], to_host(metrics))  # noqa: B023
+            sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
+            host_state, began, step = (
+                to_host(state),
+                first * per_iteration,
+                (first + num_valid) * per_iteration,
+            )
+            if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+                kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+                sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
+            evals, due = {}, step == total or every and step // every > began // every  # an evaluation point
+            failed = (
+                evaluate.exception() if due or evaluate.done() else None
+            )  # its compile (in a thread) failed
+            if due and failed is None:  # every seed's mean return
+                evaluation = wait_for(evaluate.result()(state))
+                evals["eval/episodic_return"] = (
+                    to_host(evaluation.returns).astype(np.float64).mean(-1)
+                )  # [slots]
+            for i, logger in enumerate(loggers):
+                rows = [{tag: float(getattr(metrics, m)[i, j]) for m, tag in tags} for j in range(num_valid)]
+                rows[-1] |= {"charts/SPS": sps} | {
+                    tag: float(x[i]) for tag, x in evals.items()
+                }  # once per chunk
+                logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
+                save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
+            recent = metrics.episodic_return[
+                :, -max(1, num_valid // 4) :
+            ]  # [S, I/4]: the chunk's last quarter
+            latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
+            bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
+            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
+            evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
+            say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
+            if (
+                failed is not None
+            ):  # this chunk's logs and checkpoints are written: a resume goes on from them
                 sys.exit(cannot_evaluate(failed, step))
-            command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
-            say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
-            sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+            if signalled:
+                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
+                say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
+                sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    except BaseException:
+        for logger in loggers:
+            logger.close()
+        wait_for(in_flight)
+        raise
     steps, took = total - at_start, time.perf_counter() - start
     say(f"trained {steps:,} steps x {num_seeds} seed(s) in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
     return state, loggers, evaluation
@@ -1279,16 +1432,26 @@ def cannot_evaluate(error: BaseException, step: int) -> str:  # the line a run e
 
 
 class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
-    def __init__(self, run_dir: Path, args: Args, resume_step: int):
+    def __init__(self, run_dir: Path, args: Args, resume_step: int, finished: bool):
         self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
-        if self.jsonl.exists():  # resumed: drop what the run logged after its checkpoint
-            lines = self.jsonl.read_text().splitlines(keepends=True)
-            self.jsonl.write_text("".join(x for x in lines if json.loads(x)["global_step"] <= resume_step))
+        if (
+            self.jsonl.exists()
+        ):  # resumed: keep what the run logged up to its checkpoint, rewritten atomically
+            kept, torn = [], 0
+            for line in self.jsonl.read_text().splitlines(keepends=True):
+                try:  # a line a full disk or a kill cut short is left out, and said
+                    point = json.loads(line) if line.endswith("\n") else None
+                    kept += [line] if point["global_step"] <= resume_step else []
+                except (ValueError, TypeError, KeyError):
+                    torn += 1
+            write_atomic(self.jsonl, "".join(kept).encode())
+            if torn:
+                say(f"{self.jsonl}: left out {torn} line(s) that did not read (a write cut short)")
         # tensorboardX's event file, written in this thread (SummaryWriter pickles each event to another)
         self.events = EventsWriter(f"{run_dir}/events")
         if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
             self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
-        if args.track:  # the same wandb run after a resume, whatever the directory is called now
+        if args.track and not finished:  # the same wandb run after a resume, whatever the directory is called
             import wandb
 
             record = json.loads((run_dir / "args.json").read_text())
@@ -1368,10 +1531,10 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future,
         points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
         curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
         summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
-        (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+        write_atomic(run_dir / "eval.json", json.dumps(summary, indent=2).encode())
         plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
         if models is not None:  # --save-model
-            (run_dir / f"{args.exp_name}.flax").write_bytes(to_bytes(seed_slice(models, i)))
+            write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
         if args.capture_video:
             (run_dir / "videos").mkdir(exist_ok=True)
             algo.env.render(seed_slice(result.first_episode, i), summary["lengths"][0], run_dir / "videos")
@@ -1380,13 +1543,15 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future,
 
 
 def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
-    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was."""
-    args = args_from_json(Path(run_dir) / "args.json")
+    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was (to
+    the bit for a run of one seed: the same program, compiled at the same XLA level)."""
+    args = args_from_record(read_record(Path(run_dir)), Path(run_dir))
     algo = make_algorithm(args)
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
     model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
-    evaluate = functools.partial(evaluate_episodes, algo, episodes or args.eval_episodes)
-    result = jax.jit(evaluate)(model, jax.random.PRNGKey(seed))
+    key, models = jax.random.PRNGKey(seed), jax.tree.map(lambda x: np.asarray(x)[None], model)  # one seed's
+    evaluate = lambda m: evaluate_episodes(algo, episodes or args.eval_episodes, m, key)
+    result = seed_slice(seeds_program(evaluate, (models,), RUNS_ONCE)(models), 0)
     return eval_summary(result.returns, result.lengths)
 
 
@@ -1451,32 +1616,41 @@ def main() -> None:
     """Train every seed in compiled chunks, then evaluate each and write its outputs."""
     gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
-    args = tyro.cli(Args)
-    start_jax(args)
-    try:  # every bad input is reported here, in one line, before anything compiles
-        run = open_run(resume_args(args))
-        done, restored = restore_checkpoints(run)
-    except ArgsError as error:
-        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-    stop: list[int] = []  # Ctrl-C / SIGTERM while training: finish the chunk, checkpoint, exit
+    stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
 
     def remember(signum: int, _frame: Any) -> None:
+        if stop:  # a second signal quits at once: every checkpoint written is whole (renamed into place)
+            print(f"\nreceived signal {signum} again: quitting now", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
         stop.append(signum)
         print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
 
     previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    args = tyro.cli(Args)
+    try:  # every bad input is reported here, in one line, before anything compiles
+        start_jax(args)
+        run = open_run(resume_args(args))
+        done, restored = restore_checkpoints(run)
+        state = initial_state(run, restored)  # refused before compiling if it cannot fit the devices
+        run = run if run.args.resume else make_run_dirs(run)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
     try:  # the evaluation compiles, and the plot's matplotlib imports, in a thread while the chunks run
         with ThreadPoolExecutor(max_workers=1) as pool:
-            state = initial_state(run, restored)
             chunk = compile_chunk(run, state)
             evaluate = pool.submit(compile_evaluate, run, state)
             pool.submit(importlib.import_module, "matplotlib.figure")
             state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
+        finish_run(run, state, loggers, evaluate, evaluation)
+    except OSError as error:  # a full disk, a directory gone read-only, ...: every checkpoint written stays
+        sys.exit(f"error: {error.strerror or error}: {error.filename or ''}; the last checkpoint is kept")
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    finish_run(run, state, loggers, evaluate, evaluation)
+        for lock in LOCKS:  # the run directories are free again (main() called from Python)
+            lock.close()
+        LOCKS.clear()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,358 @@
+"""Nothing lost, nothing hangs: the run harness under faults, as an unlucky user and a hostile machine
+meet it (kill -9, a full disk, parallel launches, a second process, double Ctrl-C, corrupt files,
+absurd sizes). The harness is the same text in every script, so one script stands for all, except
+where a fault depends on the algorithm's sizes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _helpers import (
+    ROOT,
+    exit_of_main,
+    load_script,
+    only_run_dir,
+    read_jsonl,
+    run_script,
+    script_command,
+    session_cache,
+    start_script,
+)
+
+TINY = ["--num-envs", "4", "--num-steps", "16", "--eval-episodes", "2"]
+
+
+def budget(iterations: int, chunks: int) -> list[str]:  # PPO: 64 env steps an iteration
+    return [*TINY, "--total-timesteps", str(64 * iterations), "--num-chunks", str(chunks)]
+
+
+def steps_logged(run_dir: Path) -> list[int]:
+    return [p["global_step"] for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
+
+
+def release_locks(module: Any) -> None:  # what main() does as it returns
+    for lock in module.LOCKS:
+        lock.close()
+    module.LOCKS.clear()
+
+
+def finished_run(tmp_path: Path, *extra: str) -> Path:
+    result = run_script("ppo_jax_scan", *budget(6, 3), *extra, "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(tmp_path)
+
+
+# --- D1: absurd sizes are refused in one line, before compiling, naming the flag ----------------
+ENVS = ["--num-envs", "1000000000", "--total-timesteps", "1000000000"]
+ABSURD = [
+    ("ppo_jax_scan", ["--hidden-size", "1000000"], "--hidden-size 1000000"),
+    ("ppo_jax_scan", ["--eval-episodes", "1000000000"], "--eval-episodes 1000000000"),
+    ("ppo_jax_scan", ["--num-seeds", "1000000"], "--num-seeds 1000000"),
+    ("dqn_jax", ["--buffer-size", "1000000000"], "--buffer-size 1000000000"),
+    ("sac_jax", ["--buffer-size", "1000000000"], "--buffer-size 1000000000"),
+    ("c51_jax", ["--n-atoms", "10000000"], "--n-atoms 10000000"),  # 10^8 atoms are not distinct in float32
+    ("td3_jax", ["--buffer-size", "1000000000"], "--buffer-size 1000000000"),
+    *[
+        (name, [*ENVS, "--num-steps", "1", "--num-minibatches", "1"], "--num-envs 1000000000")
+        for name in ("ppo_jax_scan", "pqn_jax", "ppo_rnn_jax", "ppo_multigpu")
+    ],
+]
+
+
+@pytest.mark.parametrize(("name", "flags", "named"), ABSURD)
+def test_an_absurd_size_is_refused_in_one_line_naming_its_flag(
+    name, flags, named, tmp_path, capsys, monkeypatch
+):
+    start = time.perf_counter()
+    code, err = exit_of_main(load_script(name), [*flags, "--output-dir", str(tmp_path)], monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert named in err and "GiB" in err, err
+    assert time.perf_counter() - start < 60
+    assert not list(tmp_path.iterdir())  # no run directory for a run refused
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("td3_jax", ENVS),
+        ("c51_jax", ["--n-atoms", "100000000"]),
+    ],
+)
+def test_the_fault_probe_s_other_absurd_commands_are_refused_in_one_line(
+    name, flags, tmp_path, capsys, monkeypatch
+):
+    """Another check refuses these first (a run with no gradient step, atoms float32 cannot tell apart)."""
+    code, err = exit_of_main(load_script(name), [*flags, "--output-dir", str(tmp_path)], monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "error: --" in err, err
+
+
+def test_a_memory_limit_is_the_machine_s_memory(tmp_path):
+    """Under `ulimit -v 6000000` the estimate compares against the limit, not the machine's RAM."""
+    flags = [*ENVS, "--num-steps", "1", "--num-minibatches", "1", "--output-dir", str(tmp_path)]
+    command = script_command("ppo_jax_scan", *flags)
+    command["args"] = ["bash", "-c", 'ulimit -v 6000000 && exec "$@"', "bash", *command["args"]]
+    result = subprocess.run(**command, capture_output=True)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--num-envs 1000000000" in result.stderr and "of this machine" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# --- D2: run directories never collide ----------------------------------------------------------
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    module = load_script("ppo_jax_scan")
+    monkeypatch.setattr(module.time, "time", lambda: 1_700_000_000.5)
+    args = module.Args(
+        total_timesteps=64 * 2, num_envs=4, num_steps=16, num_seeds=2, output_dir=str(tmp_path)
+    )
+    runs = [module.make_run_dirs(module.open_run(args)) for _ in range(3)]
+    names = [d.name for run in runs for d in run.dirs]
+    assert len(set(names)) == 6 and all(n.startswith("CartPole-v1__ppo_jax_scan__") for n in names)
+    assert [run.dirs[0].name.rsplit("__", 1)[1] for run in runs] == [
+        "1700000000",
+        "1700000000-1",
+        "1700000000-2",
+    ]
+    # a run whose first seed is free but a later one is not takes the next name for all its seeds
+    overlapping = module.Args(**{**args.__dict__, "seed": 0})
+    run = module.make_run_dirs(module.open_run(overlapping))
+    assert {d.name.rsplit("__", 1)[1] for d in run.dirs} == {"1700000000-3"}
+    assert not (tmp_path / "CartPole-v1__ppo_jax_scan__0__1700000000").exists()  # undone
+    record = json.loads((run.dirs[1] / "args.json").read_text())
+    assert record["run_stamp"] == "1700000000-3" and record["script"] == "ppo_jax_scan.py"
+    release_locks(module)
+
+
+def test_eight_runs_launched_together_into_one_directory_all_finish(tmp_path):
+    command = script_command("ppo_jax_scan", *budget(2, 1), "--output-dir", str(tmp_path))
+    processes = [
+        subprocess.Popen(**command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)
+    ]
+    errors = [p.communicate(timeout=600)[1] for p in processes]
+    assert [p.returncode for p in processes] == [0] * 8, errors
+    dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert len(dirs) == 8 and all((d / "eval.json").is_file() for d in dirs)
+
+
+# --- D3, D4: metrics.jsonl survives a torn line and a kill during its rewrite ------------------
+def test_a_half_written_metrics_line_does_not_block_a_resume(tmp_path):
+    run_dir = finished_run(tmp_path)
+    sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[
+        -1
+    ].unlink()  # the newest: the run redoes a chunk
+    jsonl = run_dir / "metrics.jsonl"
+    os.truncate(jsonl, jsonl.stat().st_size - 100)  # a full disk cut the last write short
+    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "left out 1 line(s) that did not read" in resumed.stdout
+    assert steps_logged(run_dir) == list(range(64, 64 * 7, 64))
+
+
+def test_metrics_are_rewritten_atomically_on_resume(tmp_path, monkeypatch):
+    """A kill while a resume rewrites metrics.jsonl leaves the old file whole: the rewrite goes to a
+    temporary file that is renamed into place."""
+    module, run_dir = load_script("ppo_jax_scan"), finished_run(tmp_path)
+    before = (run_dir / "metrics.jsonl").read_bytes()
+
+    def killed_before_the_rename(path: Path, data: bytes) -> None:
+        path.with_name(path.name + ".tmp").write_bytes(data[: len(data) // 2])
+        raise KeyboardInterrupt  # the process ends here
+
+    monkeypatch.setattr(module, "write_atomic", killed_before_the_rename)
+    with pytest.raises(KeyboardInterrupt):
+        module.RunLogger(run_dir, module.Args(), 128, False)
+    assert (run_dir / "metrics.jsonl").read_bytes() == before
+
+
+# --- D5: one process at a time trains a run ------------------------------------------------------
+def test_a_second_process_cannot_train_a_run_in_progress_and_a_dead_one_s_lock_is_taken_over(tmp_path):
+    first = start_script("ppo_jax_scan", *budget(600, 300), "--output-dir", str(tmp_path))
+    try:
+        for line in first.stdout:
+            if line.startswith("["):  # a chunk is done
+                break
+        run_dir = only_run_dir(tmp_path)
+        second = run_script("ppo_jax_scan", "--resume", str(run_dir))
+        assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+        assert f"process {first.pid} is training this run" in second.stderr
+    finally:
+        first.kill()  # kill -9: its lock dies with it
+        first.communicate()
+    third = run_script("ppo_jax_scan", "--resume", str(run_dir), timeout=600)
+    assert third.returncode == 0, third.stderr
+    steps = steps_logged(run_dir)
+    assert steps == sorted(set(steps)) and steps[-1] == 64 * 600
+
+
+# --- D6, R2: signals -------------------------------------------------------------------------------
+def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp_path):
+    """SIGTERM at 20 random moments of a run's life (importing, compiling, training, writing the
+    outputs): it exits 143 (or by the signal's default action before Python could catch it, or 0 when
+    it came too late), never by a crash; every run directory left resumes."""
+    module, rng = load_script("ppo_jax_scan"), random.Random(0)
+
+    def one(index: int) -> int:
+        out = tmp_path / str(index)
+        command = script_command("ppo_jax_scan", *budget(40, 20), "--output-dir", str(out))
+        process = subprocess.Popen(**command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.0, 8.0))
+        process.send_signal(signal.SIGTERM)
+        err = process.communicate(timeout=300)[1]
+        assert "Traceback" not in err and "Segmentation" not in err, err[-3000:]
+        return process.returncode
+
+    with ThreadPoolExecutor(2) as pool:
+        codes = list(pool.map(one, range(20)))
+    assert set(codes) <= {0, 143, -signal.SIGTERM}, codes
+    assert 143 in codes, codes  # the test reached the training
+    for out in tmp_path.iterdir():
+        for run_dir in out.iterdir() if out.exists() else []:
+            run = module.open_run(module.resume_args(module.Args(resume=str(run_dir))))
+            module.restore_checkpoints(run)  # reads, or none was written yet: the resume starts afresh
+            release_locks(module)
+
+
+def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
+    process = start_script("ppo_jax_scan", *budget(3000, 3000), "--output-dir", str(tmp_path))
+    for line in process.stdout:
+        if line.startswith("["):  # training
+            break
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "quitting now" in err
+    module = load_script("ppo_jax_scan")
+    run = module.open_run(module.resume_args(module.Args(resume=str(only_run_dir(tmp_path)))))
+    assert module.restore_checkpoints(run)[0] > 0  # a checkpoint reads
+    release_locks(module)
+
+
+# --- D7, R3, R4: a run's args.json, corrupt or another script's -----------------------------------
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (lambda text: text[:300], "its args.json does not read (JSONDecodeError)"),
+        (lambda text: "", "its args.json does not read (JSONDecodeError)"),
+        (lambda text: "[1, 2]", "its args.json does not read (AttributeError)"),
+        (
+            lambda text: text.replace('"num_envs": 4', '"num_envs": "four"'),
+            "its args.json gives num_envs = 'four'",
+        ),
+        (
+            lambda text: text.replace('"ppo_jax_scan.py"', '"dqn_jax.py"'),
+            "a run of dqn_jax.py, not ppo_jax_scan.py",
+        ),
+    ],
+)
+def test_a_corrupt_or_foreign_args_json_is_refused_in_one_line(
+    corrupt, message, tmp_path, capsys, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    args = load_script("ppo_jax_scan").Args(num_envs=4)
+    record = {
+        **args.__dict__,
+        "script": "ppo_jax_scan.py",
+        "run_seed": 1,
+        "run_name": "run",
+        "run_stamp": "1",
+    }
+    (run_dir / "args.json").write_text(corrupt(json.dumps(record, indent=2)))
+    code, err = exit_of_main(load_script("ppo_jax_scan"), ["--resume", str(run_dir)], monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_another_script_s_run_is_refused_by_name(tmp_path, capsys, monkeypatch):
+    run_dir = finished_run(tmp_path)
+    code, err = exit_of_main(load_script("dqn_jax"), ["--resume", str(run_dir)], monkeypatch, capsys)
+    assert code == 2 and "a run of ppo_jax_scan.py, not dqn_jax.py" in err and err.count("\n") == 1, err
+
+
+# --- R5: a corrupt checkpoint is detected by its checksum --------------------------------------------
+def test_a_flipped_byte_in_a_checkpoint_is_detected_and_the_one_before_used(tmp_path):
+    run_dir = finished_run(tmp_path)
+    newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit, mid-file: msgpack alone would load it
+    newest.write_bytes(bytes(data))
+    module = load_script("ppo_jax_scan")
+    algo = module.make_algorithm(module.args_from_record(module.read_record(run_dir), run_dir))
+    template = module.jax.eval_shape(algo.init, module.jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="checksum"):
+        module.read_checkpoint(newest, template)
+    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir))
+    assert resumed.returncode == 0 and "trained 128 steps" in resumed.stdout, resumed.stderr
+
+
+# --- a full disk, a read-only place -----------------------------------------------------------------
+def test_a_full_disk_stops_the_run_in_one_line_and_the_run_resumes(tmp_path, monkeypatch, capsys):
+    module, saved = load_script("ppo_jax_scan"), []
+    save_checkpoint = module.save_checkpoint
+
+    def disk_fills(run_dir: Path, *rest: Any) -> None:
+        if len(saved) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / "checkpoints"))
+        saved.append(rest)
+        save_checkpoint(run_dir, *rest)
+
+    monkeypatch.setattr(module, "save_checkpoint", disk_fills)
+    code, _ = exit_of_main(module, [*budget(8, 4), "--output-dir", str(tmp_path)], monkeypatch, capsys)
+    assert str(code).startswith("error: No space left on device") and "\n" not in str(code), code
+    monkeypatch.undo()
+    run_dir = only_run_dir(tmp_path)
+    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stderr
+    assert steps_logged(run_dir) == list(range(64, 64 * 9, 64))
+
+
+def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "file").write_text("")
+    flags = [*budget(2, 1), "--output-dir", str(tmp_path / "file")]
+    code, err = exit_of_main(load_script("ppo_jax_scan"), flags, monkeypatch, capsys)
+    assert (
+        code == 2 and f"--output-dir {tmp_path / 'file'}: cannot write there" in err and err.count("\n") == 1
+    )
+
+
+# --- D9: the saved model evaluates as eval.json did ------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("ppo_jax_scan", ["--total-timesteps", "20480", "--num-steps", "32", "--num-chunks", "5"]),
+        ("dqn_jax", ["--total-timesteps", "3000", "--learning-starts", "500", "--num-chunks", "2"]),
+    ],
+)
+def test_evaluate_saved_model_reproduces_eval_json_to_the_bit(name, flags, tmp_path):
+    """Compiled as users compile (not the tests' cheap XLA flags), where the difference showed."""
+    env = {**os.environ, "XLA_FLAGS": ""}
+    command = [sys.executable, str(ROOT / "vibe_rl" / f"{name}.py"), *flags, "--eval-episodes", "2",
+               "--save-model", "--output-dir", str(tmp_path), *session_cache()]  # fmt: skip
+    result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    evaluate = f"{name}.evaluate_saved_model({str(run_dir)!r})"
+    code = f"import json; from vibe_rl import {name}; print(json.dumps({evaluate}))"
+    saved = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert saved.returncode == 0, saved.stderr
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert json.loads(saved.stdout.splitlines()[-1])["returns"] == evaluation["returns"]
+
+
+# --- R9: resuming a finished run with --track logs nothing new to wandb -----------------------------
+def test_a_finished_run_resumed_with_track_makes_no_wandb_run(tmp_path):
+    run_dir = finished_run(tmp_path)
+    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--track")
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (run_dir / "wandb").exists()
