@@ -893,9 +893,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError, AttributeError) as error:  # a torn, edited or unreadable file
         raise ArgsError(f"--resume {run_dir}: its args.json does not read ({type(error).__name__})") from None
     script = record["script"]
-    require(
-        script == SCRIPT, f"--resume {run_dir}: a run of {script}, not {SCRIPT}: resume it with that script"
-    )
+    require(script == SCRIPT, f"--resume {run_dir}: a run of {script}, not {SCRIPT}: resume it with {script}")
     return record
 
 
@@ -907,7 +905,7 @@ def args_from_record(record: dict[str, Any], run_dir: Path) -> Args:
         typed = (
             default is None or type(value) is type(default) or type(default) is float and type(value) is int
         )
-        require(typed or value is None, f"--resume {run_dir}: its args.json gives {name} = {value!r}")
+        require(typed, f"--resume {run_dir}: its args.json gives {name} = {value!r}")
     return Args(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
 
 
@@ -954,9 +952,7 @@ def open_run(args: Args) -> Run:
     run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
     if args.resume is None:
         return run
-    record = read_record(
-        Path(args.resume)
-    )  # found through args.json, whatever the directories are called now
+    record = read_record(Path(args.resume))  # the run found through args.json, whatever its name now
     names = record.get("seed_dirs") or [run_name(args, seed, record["run_stamp"]) for seed in seeds]
     dirs = [Path(args.resume).parent / name for name in names]
     dirs[seeds.index(record["run_seed"])] = Path(args.resume)
