@@ -121,8 +121,7 @@ class Args:
     eval_frequency: int = 0
     """also evaluate every this many env steps during training, at chunk ends (0: only at the end)"""
     cpu_devices: int = 0
-    """CPU devices JAX exposes when there is no accelerator (seeds are sharded over them); 0: one per core;
-    at most 1024"""
+    """CPU devices JAX exposes with no accelerator, the seeds sharded over them (0: one per core; max 1024)"""
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
 
