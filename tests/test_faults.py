@@ -223,9 +223,8 @@ def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp
 
 
 def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
-    process = start_script(
-        "ppo_jax_scan", *budget(3000, 10), "--output-dir", str(tmp_path)
-    )  # chunks of seconds
+    # chunks of seconds, so that the second signal lands while one computes
+    process = start_script("ppo_jax_scan", *budget(3000, 10), "--output-dir", str(tmp_path))
     for line in process.stdout:
         if line.startswith("["):  # training
             break
