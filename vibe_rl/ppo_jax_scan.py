@@ -59,7 +59,7 @@ class Args:
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
+    """the learning rate of the optimizer [traced]"""
     num_envs: int = 4
     """the number of parallel environments"""
     num_steps: int = 128
@@ -67,9 +67,9 @@ class Args:
     anneal_lr: bool = True
     """linearly anneal the learning rate to 0 over the training"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
+    """the lambda of generalized advantage estimation [traced]"""
     num_minibatches: int = 4
     """the number of minibatches per epoch"""
     update_epochs: int = 4
@@ -77,15 +77,15 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too)"""
+    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too) [traced]"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
-    """coefficient of the entropy bonus (>= 0)"""
+    """coefficient of the entropy bonus (>= 0) [traced]"""
     vf_coef: float = 0.5
-    """coefficient of the value loss (>= 0)"""
+    """coefficient of the value loss (>= 0) [traced]"""
     max_grad_norm: float = 0.5
-    """the maximum global norm of the gradient (> 0)"""
+    """the maximum global norm of the gradient (> 0) [traced]"""
     target_kl: float | None = None
     """skip the remaining epochs of an iteration once approx_kl exceeds this (>= 0; unset: no early stop)"""
     hidden_size: int = 64
@@ -199,6 +199,19 @@ class RunningMeanStd(NamedTuple):  # running mean and variance, for obs and retu
     count: jax.Array  # []
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    gae_lambda: jax.Array
+    clip_coef: jax.Array
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+    max_grad_norm: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one iteration to the next (and checkpoints)."""
 
@@ -212,6 +225,7 @@ class RunnerState(NamedTuple):
     return_rms: RunningMeanStd  # discounted-return statistics (used when --normalize-reward)
     discounted_return: jax.Array  # [N] running discounted return, for reward scaling
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class Transition(NamedTuple):
@@ -361,6 +375,18 @@ class Setup(NamedTuple):
     actor: Actor
     critic: Critic
     optimizer: optax.GradientTransformation
+
+
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies the
+    learning rate."""
+    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
 
 
 def flatten_obs(obs: jax.Array, mask_velocity: bool) -> jax.Array:
@@ -516,6 +542,7 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index [] int32 is
     the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     args, sizes, obs_rms = setup.args, setup.sizes, state.obs_rms  # the statistics the rollout used
 
     # COLLECT TRAJECTORIES
@@ -594,9 +621,7 @@ def build_setup(args: Args) -> Setup:
         args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
     )
     sizes = Sizes(batch_size, batch_size // args.num_minibatches, args.total_timesteps // batch_size)
-    # [PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies
-    # the learning rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+    optimizer = make_optimizer(args)
     actor, critic = Actor(spec, args.hidden_size, args.network), Critic(spec, args.hidden_size, args.network)
     return Setup(args, sizes, spec, actor, critic, optimizer)
 
@@ -624,6 +649,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         return_rms=rms_init(()),
         discounted_return=jnp.zeros(num_envs),
         key=key,
+        hyper=hyperparameters(setup.args),
     )
 
 
@@ -695,7 +721,7 @@ import time
 import types
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
 import crc32c
 import tyro
@@ -856,6 +882,16 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
     # a recurrent policy: (model, E) -> its carry at the start; act is then (model, obs, carry) -> (a, carry)
     act_init: Callable[[Any, int], Any] | None = None
+
+
+def hyperparameters(args: Args) -> Hyperparameters:
+    """The values of the traced flags (the script's Hyperparameters, above), each float32 []."""
+    return Hyperparameters(*(np.float32(getattr(args, name)) for name in Hyperparameters._fields))
+
+
+def with_hyperparameters(args: Args, hyper: Hyperparameters) -> Args:
+    """args, its traced flags replaced by one run's values (inside the compiled program: traced arrays [])."""
+    return replace(args, **hyper._asdict())
 
 
 # Flags of the machine a run happens to run on, never read back from a run's args.json; a script's own

@@ -657,7 +657,7 @@ import time
 import types
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
 import crc32c
 import tyro
@@ -818,6 +818,16 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
     # a recurrent policy: (model, E) -> its carry at the start; act is then (model, obs, carry) -> (a, carry)
     act_init: Callable[[Any, int], Any] | None = None
+
+
+def hyperparameters(args: Args) -> Hyperparameters:
+    """The values of the traced flags (the script's Hyperparameters, above), each float32 []."""
+    return Hyperparameters(*(np.float32(getattr(args, name)) for name in Hyperparameters._fields))
+
+
+def with_hyperparameters(args: Args, hyper: Hyperparameters) -> Args:
+    """args, its traced flags replaced by one run's values (inside the compiled program: traced arrays [])."""
+    return replace(args, **hyper._asdict())
 
 
 # Flags of the machine a run happens to run on, never read back from a run's args.json; a script's own
