@@ -28,7 +28,7 @@ def measure(script: str, level: str, flags: list[str]) -> str:
     sys.argv = [script, *flags, "--jax-cache-dir", ""]
     args = module.tyro.cli(module.Args)
     module.start_jax(args)
-    run = module.open_run(args)
+    run = module.open_runs(args)[0]
     chunk_level = None if level == "default" else int(level)
     run = run._replace(algo=run.algo._replace(chunk_cpu_opt_level=chunk_level))
     state = module.initial_state(run, None)

@@ -481,7 +481,7 @@ def test_a_fresh_and_a_restored_state_have_the_same_types_and_layout(script, tmp
     one must too (a gymnax EnvState's time starts as a weakly typed 0)."""
     module = load_script(script)
     args = module.Args(**SCRIPTS[script].budgets(2048, 4), num_seeds=3, output_dir=str(tmp_path))
-    run = module.open_run(args)
+    run = module.open_runs(args)[0]
     fresh = module.initial_state(run, None)
     host = module.to_host(fresh)
     restored = module.initial_state(run, [module.seed_slice(host, i) for i in range(3)])
@@ -602,7 +602,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(newest.read_bytes()[:100])
     args = module.resume_args(module.Args(resume=str(moved)))
-    restored_iterations, _ = module.restore_checkpoints(module.open_run(args))
+    restored_iterations, _ = module.restore_checkpoints(module.open_runs(args)[0])
     assert restored_iterations < uninterrupted[0][0]
 
 
@@ -660,7 +660,8 @@ def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):
 
     def plan(**flags: int) -> tuple[int, int]:  # (iterations per chunk, chunks); a new directory each
         output_dir = tmp_path / "-".join(f"{k}{v}" for k, v in flags.items())
-        return module.open_run(module.Args(**budget, **flags, output_dir=str(output_dir)))[4:6]
+        run = module.open_runs(module.Args(**budget, **flags, output_dir=str(output_dir)))[0]
+        return run.iterations_per_chunk, run.num_chunks
 
     assert plan(num_chunks=2) == (20, 2)
     assert plan(num_chunks=2, eval_frequency=64 * 10) == (10, 4)  # an evaluation every 10 iterations
@@ -738,7 +739,7 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
         return seeds_program(per_seed, inputs, level, axes, **jit)
 
     monkeypatch.setattr(module, "seeds_program", recording)
-    run = module.open_run(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))
+    run = module.open_runs(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))[0]
     state = module.initial_state(run, None)
     module.compile_chunk(run, state)
     module.compile_evaluate(run, state)

@@ -79,7 +79,7 @@ VARIANTS = {
 
 def train_on(out_dir: Path, name: str) -> dict[str, np.ndarray]:
     """One compiled chunk of TINY (all 3 iterations), as the CLI compiles it: the harness's
-    open_run, initial_state and compile_chunk. Returns each seed's losses and parameters."""
+    open_runs, initial_state and compile_chunk. Returns each seed's losses and parameters."""
     num_seeds, data_devices, fsdp = VARIANTS[name]
     args = ppo.Args(
         **TINY,
@@ -89,7 +89,7 @@ def train_on(out_dir: Path, name: str) -> dict[str, np.ndarray]:
         num_chunks=1,
         output_dir=str(out_dir),
     )
-    run = ppo.open_run(args)
+    run = ppo.open_runs(args)[0]
     assert dict(run.mesh.shape) == {"seeds": 4 // data_devices, "data": data_devices}
     state = ppo.initial_state(run, None)
     chunk = ppo.compile_chunk(run, state)

@@ -8,13 +8,28 @@ contract's tiny ones (tests/test_contract.py): they check the mechanism, not lea
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import tyro
-from _helpers import load_script, tree_equal
-from test_contract import SCRIPTS
+from _helpers import (
+    exit_of_main,
+    interrupt_after_compiling,
+    load_script,
+    read_events,
+    run_script,
+    start_script,
+    tree_equal,
+)
+from test_contract import SCRIPTS, read_state
 
 
 def trained(algo, state):
@@ -35,3 +50,161 @@ def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     swapped = trained(algo, algo.init(key)._replace(hyper=module.hyperparameters(other)))
     assert tree_equal(swapped, trained(built, built.init(key)))  # a flag read as a constant would differ
     assert not tree_equal(swapped, trained(algo, algo.init(key)))  # the values do reach the training
+
+
+PPO_TINY = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "640", "--num-chunks", "2",
+            "--eval-episodes", "4"]  # fmt: skip
+DQN_TINY = SCRIPTS["dqn_jax"].run[:-4] + ["--num-chunks", "3", "--eval-episodes", "4"]  # 1,200 steps
+
+
+def final_states(module, output_dir: Path) -> dict[str, Any]:
+    """run directory name -> its newest checkpoint's state."""
+    return {d.name.rsplit("__", 1)[0]: read_state(module, d)[1] for d in run_dirs(output_dir)}
+
+
+def run_dirs(output_dir: Path) -> list[Path]:
+    return sorted(d for d in output_dir.iterdir() if d.is_dir() and "__sweep__" not in d.name)
+
+
+def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path):
+    """The issue's command, at a tiny budget: 3 x 2 configurations x 2 seeds, one program."""
+    sweep = ["--sweep", "learning_rate=1e-4,2.5e-4,1e-3", "ent_coef=0,0.01", "--num-seeds", "2"]
+    result = run_script("ppo_jax_scan", *PPO_TINY, *sweep, "--output-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "6 configurations x 2 seed(s), in 1 program(s)" in result.stdout
+    assert result.stdout.count("compiled one chunk") == 1
+    dirs = run_dirs(tmp_path)
+    assert len(dirs) == 12 and all((d / "eval.json").is_file() and read_events(d) for d in dirs)
+    record = json.loads((dirs[0] / "args.json").read_text())
+    assert record["sweep"] == sweep[1:3] and record["learning_rate"] in (1e-4, 2.5e-4, 1e-3)
+    (folder,) = tmp_path.glob("*__sweep__*")
+    summary = json.loads((folder / "sweep.json").read_text())
+    assert len(summary["configs"]) == 6
+    iqms = [c["iqm"] for c in summary["configs"]]
+    assert iqms == sorted(iqms, reverse=True)
+    for config in summary["configs"]:
+        low, high = config["ci95"]
+        assert min(config["final_returns"]) <= low <= config["iqm"] <= high <= max(config["final_returns"])
+        for name in config["run_dirs"]:  # each run's eval.json is the one ranked
+            returns = json.loads((tmp_path / name / "eval.json").read_text())["mean"]
+            assert returns in config["final_returns"]
+    winner = summary["configs"][0]
+    assert summary["winner"] == winner["command"] and f"Winner: `{winner['command']}`" in result.stdout
+    assert "--seed 3" in winner["command"] and "fresh seeds" in result.stdout
+    command = tyro.cli(
+        load_script("ppo_jax_scan").Args, args=winner["command"].split()[2:]
+    )  # as a user runs it
+    assert {name: getattr(command, name) for name in winner["values"]} == winner["values"]
+    assert (command.num_envs, command.seed, command.num_seeds, command.sweep) == (4, 3, 2, ())
+    assert "| 1 | " + winner["config"] in (folder / "sweep.md").read_text()
+    from PIL import Image
+
+    with Image.open(folder / "sweep.png") as image:
+        assert image.format == "PNG" and min(image.size) > 100
+
+
+@pytest.mark.parametrize("name, tiny", [("ppo_jax_scan", PPO_TINY), ("dqn_jax", DQN_TINY)])
+def test_a_sweeps_run_equals_its_configuration_run_alone(name, tiny, tmp_path):
+    """Two configurations x seed 1 on 2 devices, against the first configuration x seeds 1, 2 on 2 devices:
+    one run per device both times (the same layout), so run (first configuration, seed 1) is bitwise the
+    same. A replay buffer (dqn_jax) included."""
+    module = load_script(name)
+    devices = ["--cpu-devices", "2", "--seed", "1"]
+    swept = run_script(name, *tiny, *devices, "--sweep", "learning_rate=1e-3,3e-4", "--output-dir",
+                       str(tmp_path / "sweep"))  # fmt: skip
+    alone = run_script(name, *tiny, *devices, "--learning-rate", "1e-3", "--num-seeds", "2", "--output-dir",
+                       str(tmp_path / "alone"))  # fmt: skip
+    assert swept.returncode == 0 and alone.returncode == 0, swept.stderr + alone.stderr
+    (a,) = [d for d in run_dirs(tmp_path / "sweep") if "learning_rate=0.001__1__" in d.name]
+    (b,) = [d for d in run_dirs(tmp_path / "alone") if d.name.split("__")[2] == "1"]
+    assert tree_equal(read_state(module, a)[1], read_state(module, b)[1])
+    (other,) = [d for d in run_dirs(tmp_path / "sweep") if "learning_rate=0.0003__1__" in d.name]
+    assert not tree_equal(read_state(module, other)[1], read_state(module, b)[1])
+
+
+def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_exactly(tmp_path):
+    """hidden_size (static) x learning_rate (traced): two programs, one ranking of the four configurations.
+    The same sweep stopped by SIGTERM in its first program and resumed ends bitwise as the uninterrupted."""
+    module = load_script("ppo_jax_scan")
+    sweep = [*PPO_TINY[:-4], "--num-chunks", "6", "--eval-episodes", "4", "--sweep", "hidden_size=16,32",
+             "learning_rate=1e-3,3e-4", "--cpu-devices", "2"]  # fmt: skip
+    whole = run_script("ppo_jax_scan", *sweep, "--output-dir", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    assert "4 configurations x 1 seed(s), in 2 program(s)" in whole.stdout
+    assert whole.stdout.count("compiled one chunk") == 2
+    (folder,) = (tmp_path / "whole").glob("*__sweep__*")
+    ranked = json.loads((folder / "sweep.json").read_text())["configs"]
+    assert {c["values"]["hidden_size"] for c in ranked} == {16, 32} and len(ranked) == 4
+
+    process = start_script("ppo_jax_scan", *sweep, "--output-dir", str(tmp_path / "stopped"))
+    out = interrupt_after_compiling(process, signal.SIGTERM)
+    assert not list((tmp_path / "stopped").glob("*__sweep__*/sweep.json"))
+    stopped = run_dirs(tmp_path / "stopped")
+    assert not any((d / "eval.json").exists() for d in stopped)
+    resume = re.search(r"--resume (\S+)", out).group(1)
+    resumed = run_script("ppo_jax_scan", "--resume", resume)
+    assert resumed.returncode == 0, resumed.stderr
+    expected, got = final_states(module, tmp_path / "whole"), final_states(module, tmp_path / "stopped")
+    assert expected.keys() == got.keys() and len(got) == 4
+    for run in expected:
+        assert tree_equal(expected[run], got[run]), run
+    (folder,) = (tmp_path / "stopped").glob("*__sweep__*")
+    without_names = lambda configs: [{k: v for k, v in c.items() if k != "run_dirs"} for c in configs]
+    assert without_names(json.loads((folder / "sweep.json").read_text())["configs"]) == without_names(ranked)
+
+
+BAD_SWEEPS = [
+    (["--sweep", "foo=1,2"], "--sweep foo: not a flag it sweeps; those are total_timesteps, learning_rate"),
+    (["--sweep", "seed=1,2"], "--sweep seed: not a flag it sweeps"),
+    (["--sweep", "learning_rate=1e-3", "learning_rate=1e-4"], "--sweep learning_rate: given twice"),
+    (
+        ["--learning-rate", "0.1", "--sweep", "learning_rate=1e-3,1e-4"],
+        "--sweep learning_rate: also given as --learning-rate",
+    ),  # fmt: skip
+    (["--sweep", "learning_rate=fast"], "--sweep learning_rate=fast: --learning-rate takes a float"),
+    (["--sweep", "num_envs=4,4.5"], "--sweep num_envs=4.5: --num-envs takes a int"),
+    (["--sweep", "norm_adv=True,yes"], "--sweep norm_adv=yes: --norm-adv takes True, False"),
+    (["--sweep", "network=mlp,rnn"], "--sweep network=rnn: --network takes mlp, cnn"),
+    (["--sweep", "learning_rate=1e-3,1e-3"], "--sweep learning_rate: a value given twice"),
+    (["--sweep", "learning_rate"], "--sweep learning_rate: write NAME=V1,V2,..."),
+    (["--sweep", "ent_coef=0.1,-1", "gamma=0.9"], "--sweep ent_coef=-1.0 gamma=0.9: --ent-coef must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD_SWEEPS)
+def test_a_bad_sweep_exits_2_with_one_line_before_compiling(flags, message, tmp_path, capsys, monkeypatch):
+    module = load_script("ppo_jax_scan")
+    monkeypatch.setattr(module, "initial_state", lambda *_: pytest.fail("it went on to compile"))
+    status, err = exit_of_main(module, [*flags, "--output-dir", str(tmp_path)], monkeypatch, capsys)
+    assert status == 2 and err.count("\n") == 1 and message in err, err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_a_sweep_whose_replay_buffers_cannot_fit_is_refused_naming_its_runs(tmp_path, capsys, monkeypatch):
+    module = load_script("dqn_jax")
+    monkeypatch.setattr(module, "initial_state", lambda *_: pytest.fail("it went on to compile"))
+    flags = ["--buffer-size", "20000000", "--sweep", "learning_rate=1e-3,1e-4", "gamma=0.9,0.99",
+             "--num-seeds", "16", "--output-dir", str(tmp_path)]  # fmt: skip
+    status, err = exit_of_main(module, flags, monkeypatch, capsys)
+    assert status == 2 and "--buffer-size 20000000, 64 runs (--sweep x --num-seeds)" in err, err
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+def test_help_marks_each_traced_flag(name, capsys, monkeypatch):
+    module = load_script(name)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    with pytest.raises(SystemExit):
+        module.main()
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in module.Hyperparameters._fields:
+        assert re.search(rf"--{flag.replace('_', '-')} \S+ .*?\[traced\]", text), flag
+    # once per traced flag, and once in --sweep's own help
+    assert text.count("[traced]") == len(module.Hyperparameters._fields) + 1
+
+
+def test_the_summary_statistics_are_benchmark_stats_ones():
+    from benchmark import stats
+
+    module, scores = load_script("ppo_jax_scan"), np.array([3.0, 1.0, 500.0, 7.0, 2.0, 9.0, 4.0])
+    assert module.iqm(scores) == stats.iqm(scores)
+    assert module.bootstrap(scores) == pytest.approx(stats.stratified_bootstrap_ci([scores]))

@@ -100,6 +100,9 @@ class Args:
     """seed of the first run; with --num-seeds S the runs use seed, seed+1, ... (each in [-2^31, 2^31))"""
     num_seeds: int = 1
     """independent runs trained together in one program, sharded over the devices (at most 2^20)"""
+    sweep: tuple[str, ...] = ()
+    """a grid of configurations, each trained with every seed: NAME=V1,V2,... per flag. Flags marked [traced]
+    share one program; each value of another flag compiles its own. Ranked in {env}__{exp}__sweep__{time}/"""
     track: bool = False
     """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
     wandb_project_name: str = "vibe_rl"
@@ -634,10 +637,12 @@ import itertools
 import json
 import os
 import resource
+import shlex
 import signal
 import sys
 import time
 import types
+import typing
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, fields, replace
@@ -870,15 +875,18 @@ to_host = lambda tree: (
 
 
 # --- Run directories and checkpoints -------------------------------------------------------------
-class Run(NamedTuple):  # one training of all seeds: what it writes where, how its seeds lie on the devices
-    args: Args
+class Run(NamedTuple):  # one program's runs (a configuration x a seed each): what it writes, how they lie
+    args: Args  # the first configuration's (its static flags are every run's)
     algo: Algorithm
-    seeds: list[int]
-    dirs: list[Path]  # one run directory per seed
+    configs: list[
+        Args
+    ]  # R: each run's configuration (--sweep's grid point; else args), seeds varying fastest
+    seeds: list[int]  # R: each run's seed
+    dirs: list[Path]  # R: one run directory per run
     iterations_per_chunk: int
     num_chunks: int  # every chunk has work; only the last may be partly masked
-    mesh: Mesh  # its axis "seeds" splits the seeds over the devices
-    slots: int  # the seeds padded to a multiple of that axis (the padding's results are discarded)
+    mesh: Mesh  # its axis "seeds" splits the runs over the devices
+    slots: int  # the runs padded to a multiple of that axis (the padding's results are discarded)
 
 
 def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
@@ -909,6 +917,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 def args_from_record(record: dict[str, Any], run_dir: Path) -> Args:
     """The Args a run recorded (its machine flags are this machine's), each of its flag's type."""
     defaults, given = Args(), {f.name: record[f.name] for f in fields(Args) if f.name in record}
+    given.update({name: tuple(v) for name, v in given.items() if type(v) is list})  # JSON's --sweep
     for name, value in given.items():  # an edited args.json fails here, not as a traceback later
         default = getattr(defaults, name)
         typed = (
@@ -933,8 +942,9 @@ def resume_args(given: Args) -> Args:
     return args
 
 
-def open_run(args: Args) -> Run:
-    """Check the flags and plan the chunks; on --resume, find and lock the run's directories."""
+def open_runs(args: Args) -> list[Run]:
+    """Check the flags and every configuration of --sweep, group the configurations by their static flags
+    (one program each) and plan the chunks; on --resume, find and lock the runs' directories."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
     require(args.num_seeds <= 2**20, f"--num-seeds must be at most 2^20, got {args.num_seeds}")
@@ -947,56 +957,93 @@ def open_run(args: Args) -> Run:
             wandb.login(verify=False)  # offline and disabled modes need no key
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
-    algo = make_algorithm(args)
+    programs: dict[tuple, list[Args]] = {}  # the static flags' values -> their configurations
+    for config in sweep_grid(args):
+        static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
+        programs.setdefault(static, []).append(config)
+    runs = [plan_run(configs, seeds) for configs in programs.values()]
+    require(sum(len(run.configs) for run in runs) <= 2**20, "--sweep x --num-seeds: at most 2^20 runs")
+    if args.resume is None:
+        return runs
+    record = read_record(Path(args.resume))  # the runs found through args.json, whatever their names now
+    name = lambda config, seed: run_name(config, seed, record.get("run_stamp", "?"))  # older runs: one seed
+    runs = [run._replace(dirs=[Path(args.resume).parent / name(*r) for r in each_run(run)]) for run in runs]
+    for run in runs:  # the directory resumed by its path, in case it was renamed
+        for i, (config, seed) in enumerate(each_run(run)):
+            if label(config) == label(args) and seed == record["run_seed"]:
+                run.dirs[i] = Path(args.resume)
+    missing = [str(d) for run in runs for d in run.dirs if not (d / "args.json").is_file()]
+    require(not missing, f"--resume {args.resume}: its sibling runs' directories are missing: {missing}")
+    return [lock_run_dirs(run) for run in runs]
+
+
+def plan_run(configs: list[Args], seeds: list[int]) -> Run:
+    """The runs of configurations that share one program (their static flags), each with every seed; each
+    configuration passes the algorithm's own checks, and their states fit the devices' memory."""
+    for config in reversed(configs):  # each passes the algorithm's checks; algo is the first's
+        try:
+            algo = make_algorithm(config)
+        except ArgsError as error:  # a sweep's named by its grid point
+            raise ArgsError(
+                f"--sweep {label(config, ' ')}: {error}" if config.sweep else str(error)
+            ) from None
+    args, runs = configs[0], len(configs) * len(seeds)
     total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
     require(total < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 env steps per seed")
     drawn = "classic-control, MinAtar and Brax envs"  # the suites with a renderer (EnvSpec.render)
     require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
-    if (mesh := algo.mesh) is None:  # the fewest devices that spread the seeds most evenly
-        per_device = math.ceil(args.num_seeds / min(args.num_seeds, jax.device_count()))
-        devices = jax.devices()[: math.ceil(args.num_seeds / per_device)]
+    if (mesh := algo.mesh) is None:  # the fewest devices that spread the runs most evenly
+        per_device = math.ceil(runs / min(runs, jax.device_count()))
+        devices = jax.devices()[: math.ceil(runs / per_device)]
         mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
-    slots = math.ceil(args.num_seeds / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    slots = math.ceil(runs / mesh.shape["seeds"]) * mesh.shape["seeds"]
     num_chunks = max(args.num_chunks, math.ceil(total / args.eval_frequency) if args.eval_frequency else 0)
-    run = Run(args, algo, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
-    if args.resume is None:
-        return run
-    record = read_record(Path(args.resume))  # the run found through args.json, whatever its name now
-    names = record.get("seed_dirs") or [run_name(args, seed, record["run_stamp"]) for seed in seeds]
-    dirs = [Path(args.resume).parent / name for name in names]
-    dirs[seeds.index(record["run_seed"])] = Path(args.resume)
-    missing = [str(d) for d in dirs if not (d / "args.json").is_file()]
-    require(not missing, f"--resume {args.resume}: its sibling seeds' directories are missing: {missing}")
-    return lock_run_dirs(run._replace(dirs=dirs))
+    configs, seeds = [c for c in configs for _ in seeds], seeds * len(configs)  # [R]: the seeds vary fastest
+    run = Run(args, algo, configs, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
+    # three copies of the state (the chunk's input and output, the host's), and the evaluation
+    require_memory(
+        run, [state_shapes(run)] * 3 + evaluation_shapes(run), "the training state and its evaluation"
+    )
+    return run
 
 
-run_name = lambda args, seed, stamp: f"{args.env_id.replace('/', '-')}__{args.exp_name}__{seed}__{stamp}"
+def run_name(config: Args, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}; a sweep's labelled
+    experiment = f"{config.exp_name}-{label(config)}" if config.sweep else config.exp_name
+    return f"{config.env_id.replace('/', '-')}__{experiment}__{seed}__{stamp}"
 
 
-def make_run_dirs(run: Run) -> Run:
-    """A new directory per seed, with its args.json: {env}__{exp}__{seed}__{time}, then -1, -2, ... after the
-    time while a run started in the same second holds the name (made atomically: all the seeds' or none)."""
-    args, stamp = run.args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
-    named = lambda tag: [Path(args.output_dir) / run_name(args, seed, tag) for seed in run.seeds]
+def make_run_dirs(runs: list[Run]) -> list[Run]:
+    """A new directory per run, with its args.json: {env}__{exp}__{seed}__{time}, then -1, -2, ... after the
+    time while a run started in the same second holds the name (made atomically: all the runs' or none). A
+    sweep's summary goes in {env}__{exp}__sweep__{time} beside them."""
+    args, stamp = runs[0].args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
+    named = lambda tag: (
+        [[Path(args.output_dir) / run_name(*r, tag) for r in each_run(run)] for run in runs]
+        + [[sweep_dir(args, tag)] if args.sweep else []]
+    )
     dirs = named(stamp)
     for number in itertools.count(1) if is_main_process() else []:  # only process 0 writes
+        made = []
         try:
-            for run_dir in dirs:
+            for run_dir in itertools.chain(*dirs):
                 run_dir.mkdir(parents=True)
+                made.append(run_dir)
             break
         except FileExistsError:  # another run's: undo, and try the next name
-            _ = [made.rmdir() for made in dirs[: dirs.index(run_dir)]]
+            _ = [run_dir.rmdir() for run_dir in made]
             dirs = named(f"{stamp}-{number}")
         except OSError as error:  # a read-only file system, an --output-dir that is a file, ...
             raise ArgsError(
                 f"--output-dir {args.output_dir}: cannot write there ({error.strerror})"
             ) from None
-    for seed, run_dir in zip(run.seeds, dirs if is_main_process() else [], strict=False):
-        stamp = run_dir.name.rsplit("__", 1)[1]  # siblings' names differ only by their seed
-        record = {**asdict(args), "script": SCRIPT, "run_seed": seed, "run_name": run_dir.name,
-                  "run_stamp": stamp, "sizes": run.algo.sizes._asdict()}  # fmt: skip
-        write_atomic(run_dir / "args.json", json.dumps(record, indent=2).encode())
-    return lock_run_dirs(run._replace(dirs=dirs))
+    runs = [run._replace(dirs=run_dirs) for run, run_dirs in zip(runs, dirs, strict=False)]
+    for run in runs if is_main_process() else []:
+        for config, seed, run_dir in zip(run.configs, run.seeds, run.dirs, strict=True):
+            stamp = run_dir.name.rsplit("__", 1)[1]  # siblings' names differ only by their seed and label
+            record = {**asdict(config), "script": SCRIPT, "run_seed": seed, "run_name": run_dir.name,
+                      "run_stamp": stamp, "sizes": run.algo.sizes._asdict()}  # fmt: skip
+            write_atomic(run_dir / "args.json", json.dumps(record, indent=2).encode())
+    return [lock_run_dirs(run) for run in runs]
 
 
 LOCKS: list[Any] = []  # the open lock files of this process's run directories, released when it exits
@@ -1061,21 +1108,18 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
 
 
 # --- The compiled programs: init, one chunk, the evaluation ----------------------------------
-# [S, ...] -> [slots, ...], repeating the seeds; leaves [S, ...] -> seed i's
+# [R, ...] -> [slots, ...], repeating the runs; leaves [R, ...] -> run i's
 pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
 seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 
-def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), check: Any = None,
-                  **jit: Any) -> Any:  # fmt: skip
-    """jit(vmap(per_seed)) over the mesh's "seeds" axis (one seed: unbatched), at XLA level `level`;
-    check(its outputs' shapes) runs before it compiles."""
+def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), **jit: Any) -> Any:
+    """jit(vmap(per_seed)) over the mesh's "seeds" axis (the runs; one: unbatched), at XLA level `level`."""
     lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # a vmapped batch of one trains slower on XLA CPU
     row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
     unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
     program = unbatched if lone else jax.vmap(per_seed, axes, spmd_axis_name="seeds")
     lowered = jax.jit(program, **jit).lower(*inputs)
-    _ = check and check(lowered.out_info)
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
@@ -1094,38 +1138,47 @@ def require_memory(run: Run, shapes: Any, what: str) -> None:
     flags = [f for f in fields(Args) if f.name not in ("seed", "total_timesteps", "eval_frequency")]
     sizes = [f"--{f.name.replace('_', '-')} {v}" for f in flags if type(v := getattr(run.args, f.name)) is int
              and v > 1 and sized(v)]  # fmt: skip
+    sizes += (
+        [f"{len(run.seeds)} runs (--sweep x --num-seeds)"] if len(run.seeds) > 1 and run.args.sweep else []
+    )
     require(need <= have, f"{', '.join(sizes) or 'the sizes given'}: {what} need {need / 2**30:,.1f} GiB, "
             f"more than the {have / 2**30:,.1f} GiB of this machine")  # fmt: skip
 
 
+def state_shapes(run: Run) -> Any:  # every run's state, leaves [slots, ...] (jax.ShapeDtypeStruct)
+    try:
+        one = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    except OverflowError as error:  # a size beyond an int32 index: e.g. --hidden-size 10**12
+        raise ArgsError(f"the sizes given do not fit an array ({str(error).splitlines()[0]})") from None
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype), one)
+
+
+def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and out, and the video's states
+    E, T_max = run.args.eval_episodes, run.algo.env.params.max_steps_in_episode
+    episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
+    shape = lambda n: lambda x: jax.ShapeDtypeStruct((run.slots, n, *x.shape[1:]), x.dtype)
+    return [jax.tree.map(shape(n), episodes) for n in (E, E, T_max)]
+
+
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
-    """Every seed's state, new (init(PRNGKey(seed))) or restored, leaves [slots, ...] laid on the mesh;
-    ArgsError, before compiling, when it or the evaluation cannot fit the devices' memory."""
-    shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by seed
-    if run.algo.state_specs:  # the seed axis, then each leaf's spec (from the state's shapes: init traced)
+    """Every run's state, new (init(PRNGKey(seed)), holding its configuration's traced values) or restored,
+    leaves [slots, ...] laid on the mesh; ArgsError when an allocation the estimate let through fails."""
+    shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by run
+    if run.algo.state_specs:  # the run axis, then each leaf's spec (from the state's shapes: init traced)
         specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
         seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
         shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
     if restored is not None:
         host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
         return jax.device_put(host, shardings)  # every process holds the same host arrays
-    # with strong types, as a restored state has them: a resume reruns the same program
     keys = pad_seeds(np.asarray(jax.vmap(jax.random.PRNGKey)(np.array(run.seeds, np.int32))), run.slots)
-    init = lambda key: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), run.algo.init(key))
-    E, T_max = run.args.eval_episodes, run.algo.env.params.max_steps_in_episode
-    episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
-    evaluation = [
-        jax.tree.map(lambda x, n=n: jax.ShapeDtypeStruct((run.slots, n, *x.shape[1:]), x.dtype), episodes)
-        for n in (E, E, T_max)
-    ]  # fmt: skip (its carry in and out, the video)
-    # three copies of the state: the chunk's input and output, and the host's
-    check = lambda state: require_memory(
-        run, [state] * 3 + evaluation, "the training state and its evaluation"
-    )
+    hyper = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *map(hyperparameters, run.configs)), run.slots)
+    # with strong types, as a restored state has them: a resume reruns the same program
+    strong = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), tree)
+    init = lambda key, hyper: strong(run.algo.init(key)._replace(hyper=hyper))
     try:
-        return jax.block_until_ready(
-            seeds_program(init, (keys,), RUNS_ONCE, check=check, out_shardings=shardings)(keys)
-        )
+        program = seeds_program(init, (keys, hyper), RUNS_ONCE, (0, 0), out_shardings=shardings)
+        return jax.block_until_ready(program(keys, hyper))
     except jax.errors.JaxRuntimeError as error:  # an allocation the estimate let through
         raise ArgsError(f"the training state does not fit: {str(error).splitlines()[0]}") from None
 
@@ -1154,7 +1207,7 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, 
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), **jit)
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
-    where = f"{steps:,} env steps per seed, {len(run.seeds)} seed(s) on {run.mesh.size} device(s)"
+    where = f"{steps:,} env steps per seed, {how_many(run)} on {run.mesh.size} device(s)"
     say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
     return compiled
 
@@ -1180,7 +1233,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
     check, logs, checkpoints, evaluations, progress). On a stop signal it dispatches no more, writes out the
     chunk done and exits. It never exits while a chunk computes: Python's teardown under it can crash."""
     algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
-    per_iteration, tags, num_seeds = algo.env_steps_per_iteration, algo.metric_tags.items(), len(run.seeds)
+    per_iteration, tags, num_runs = algo.env_steps_per_iteration, algo.metric_tags.items(), len(run.seeds)
     total, at_start = algo.num_iterations * per_iteration, done * per_iteration
     finished = done == algo.num_iterations
     loggers = [RunLogger(d, run.args, at_start, finished) for d in run.dirs] if is_main_process() else []
@@ -1195,7 +1248,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
                 in_flight = chunk(state, np.int32(first + per_chunk))
             num_valid = min(per_chunk, algo.num_iterations - first)
             # [S, I]: the real seeds (not the padding), the iterations that ran
-            metrics = jax.tree.map(lambda x: x[:num_seeds, :num_valid], to_host(metrics))  # noqa: B023
+            metrics = jax.tree.map(lambda x: x[:num_runs, :num_valid], to_host(metrics))  # noqa: B023
             sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
             host_state, began, step = (
                 to_host(state),
@@ -1227,7 +1280,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
             bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
             line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
-            evals_seen = "".join(f" | eval {np.mean(x[:num_seeds]):.2f}" for x in evals.values())
+            evals_seen = "".join(f" | eval {np.mean(x[:num_runs]):.2f}" for x in evals.values())
             say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
             if (
                 failed is not None
@@ -1243,7 +1296,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
         wait_for(in_flight)
         raise
     steps, took = total - at_start, time.perf_counter() - start
-    say(f"trained {steps:,} steps x {num_seeds} seed(s) in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
+    say(f"trained {steps:,} steps x {how_many(run)} in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
     return state, loggers, evaluation
 
 
@@ -1346,14 +1399,20 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future,
         sys.exit(cannot_evaluate(evaluate.exception(), step))
     result = to_host(evaluate.result()(state) if evaluation is None else evaluation)
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
-    for i, (run_dir, seed, logger) in enumerate(zip(run.dirs, run.seeds, loggers, strict=False)):
+    for i, (run_dir, config, seed, logger) in enumerate(
+        zip(run.dirs, run.configs, run.seeds, loggers, strict=False)
+    ):
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
         logger.close()
         points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
         curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
         summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
         write_atomic(run_dir / "eval.json", json.dumps(summary, indent=2).encode())
-        plot_returns(run_dir, f"{algo.name} on {args.env_id}, seed {seed}", points)
+        plot_returns(
+            run_dir,
+            f"{algo.name} on {args.env_id}, {label(config) + ', ' if args.sweep else ''}seed {seed}",
+            points,
+        )
         if models is not None:  # --save-model
             write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
         if args.capture_video:
@@ -1433,8 +1492,163 @@ def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # 
     (folder / "eval.html").write_text(html.render(system, states))
 
 
+# --- Sweeps: a grid of configurations, trained with the seeds, and its ranked summary --------------
+swept = lambda args: [item.partition("=")[0].replace("-", "_") for item in args.sweep]  # the names of --sweep
+label = lambda config, between=",": between.join(
+    f"{n}={getattr(config, n)}" for n in swept(config)
+)  # its point
+sweep_dir = lambda args, stamp: (
+    Path(args.output_dir) / f"{args.env_id.replace('/', '-')}__{args.exp_name}__sweep__{stamp}"
+)
+each_run = lambda run: zip(run.configs, run.seeds, strict=True)  # (configuration, seed) of each run
+how_many = lambda run: f"{len(run.seeds)} {'runs (configurations x seeds)' if run.args.sweep else 'seed(s)'}"
+
+
+def sweep_grid(args: Args) -> list[Args]:
+    """The configurations of --sweep NAME=V1,V2 ...: the product of the lists, the first name's values varying
+    slowest ([args] without it); ArgsError for a name or a value that cannot be swept."""
+    flags = [f.name for f in fields(Args)]
+    algorithm = [name for name in flags[: flags.index("exp_name")] if name != "env_id"]  # Args' first block
+    hints, defaults, grid = typing.get_type_hints(Args), Args(), {}
+    for item in args.sweep:
+        name, _, values = item.partition("=")
+        name, flag = name.replace("-", "_"), f"--{name.replace('_', '-')}"
+        require(values, f"--sweep {item}: write NAME=V1,V2,... (a flag's name, then its values)")
+        require(name in algorithm, f"--sweep {name}: not a flag it sweeps; those are {', '.join(algorithm)}")
+        require(name not in grid, f"--sweep {name}: given twice")
+        given = args.resume is None and getattr(args, name) != getattr(defaults, name)  # a resume's: its own
+        require(not given, f"--sweep {name}: also given as {flag}; give its values once")
+        grid[name] = [flag_value(name, text, hints[name]) for text in values.split(",")]
+        require(len(set(grid[name])) == len(grid[name]), f"--sweep {name}: a value given twice")
+    return [
+        replace(args, **dict(zip(grid, point, strict=True))) for point in itertools.product(*grid.values())
+    ]
+
+
+def flag_value(name: str, text: str, hint: Any) -> Any:
+    """A --sweep value as its flag's type (int, float, bool, a choice, or None where the flag takes it)."""
+    flag = f"--{name.replace('_', '-')}"
+    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if text == "None" and type(None) in kinds:
+        return None
+    kind = next(k for k in kinds if k is not type(None))
+    choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+    if kind is bool or choices:
+        allowed = choices or ("True", "False")
+        require(text in allowed, f"--sweep {name}={text}: {flag} takes {', '.join(map(str, allowed))}")
+        return text if choices else text == "True"
+    try:
+        return kind(text)
+    except ValueError:
+        raise ArgsError(f"--sweep {name}={text}: {flag} takes a {kind.__name__}") from None
+
+
+def command_line(config: Args, seed: int) -> str:
+    """The command that trains config alone, from seed: its flags that differ from the defaults."""
+    defaults, parts = Args(), [f"python {sys.argv[0]}", f"--env-id {config.env_id}"]
+    left_out = {"env_id", "sweep", "resume", "seed", "output_dir"} | MACHINE_FLAGS
+    for name in (f.name for f in fields(Args) if f.name not in left_out):
+        value, flag = getattr(config, name), f"--{name.replace('_', '-')}"
+        if value != getattr(defaults, name) and value is not None:
+            parts.append(flag.replace("--", "--no-", not value) if type(value) is bool else f"{flag} {value}")
+    return shlex.join(parts[:1]).strip("'") + " " + " ".join(parts[1:] + [f"--seed {seed}"])
+
+
+def iqm(scores: np.ndarray) -> float:  # the interquartile mean: floor(n / 4) dropped at each end
+    x = np.sort(np.asarray(scores, np.float64))
+    return float(x[len(x) // 4 : len(x) - len(x) // 4].mean())
+
+
+def bootstrap(scores: np.ndarray, statistic: Callable = iqm, reps: int = 2000) -> tuple[float, float]:
+    """The 95% percentile bootstrap interval of statistic(scores), the seeds resampled with replacement."""
+    x = np.asarray(scores, np.float64)
+    samples = x[np.random.default_rng(0).integers(0, len(x), (reps, len(x)))]  # [reps, S]
+    return tuple(float(v) for v in np.percentile([statistic(sample) for sample in samples], [2.5, 97.5]))
+
+
+def configuration_results(run: Run, first: int) -> dict[str, Any]:
+    """The results of the configuration whose seeds are runs first, first + 1, ...: its seeds' final
+    evaluations, and their curves (the evaluation's with --eval-frequency, else the training's)."""
+    args, seeds = run.args, run.args.num_seeds
+    config, dirs = run.configs[first], run.dirs[first : first + seeds]
+    finals = np.array([json.loads((d / "eval.json").read_text())["mean"] for d in dirs])  # [S]
+    tag = "eval/episodic_return" if args.eval_frequency else "charts/episodic_return"
+    logged = [map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) for d in dirs]
+    curves = [
+        np.array([(p["global_step"], p[tag]) for p in points if tag in p]) for points in logged
+    ]  # [S][P, 2]
+    results = {"config": label(config), "values": {name: getattr(config, name) for name in swept(config)},
+               "iqm": iqm(finals), "ci95": bootstrap(finals), "final_returns": finals.tolist()}  # fmt: skip
+    if (
+        args.eval_frequency
+    ):  # the area under the evaluation curve, per env step: the mean return while training
+        span = lambda c: c[-1, 0] - c[0, 0]
+        area = [np.trapezoid(c[:, 1], c[:, 0]) / span(c) if span(c) else c[0, 1] for c in curves if len(c)]
+        results["eval_curve_area"] = float(np.mean(area))
+    command = command_line(config, args.seed + seeds)  # the next seeds: fresh ones
+    return results | {"command": command, "run_dirs": [d.name for d in dirs], "curves": curves}
+
+
+def write_sweep_summary(runs: list[Run]) -> None:
+    """sweep.json, sweep.md and sweep.png: the configurations ranked by the IQM of their seeds' final
+    deterministic evaluations, with 95% bootstrap intervals (and, with --eval-frequency, the area under the
+    evaluation curve); then the winner's command, on fresh seeds."""
+    args = runs[0].args
+    folder = sweep_dir(args, runs[0].dirs[0].name.rsplit("__", 1)[1])
+    folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
+    every = range(0, len(runs[0].configs), args.num_seeds)
+    rows = sorted(
+        (configuration_results(run, first) for run in runs for first in every), key=lambda r: -r["iqm"]
+    )
+    first, last = args.seed, args.seed + args.num_seeds - 1
+    warning = (
+        f"The winner is picked on seeds {first}..{last}: re-evaluate it on fresh seeds before reporting it"
+    )
+    ranked_by = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI)"
+    summary = {"env_id": args.env_id, "script": SCRIPT, "sweep": list(args.sweep), "seeds": args.num_seeds,
+               "ranked_by": ranked_by, "winner": rows[0]["command"], "warning": warning}  # fmt: skip
+    configs = [{k: v for k, v in row.items() if k != "curves"} for row in rows]
+    write_atomic(folder / "sweep.json", json.dumps(summary | {"configs": configs}, indent=2).encode())
+    area = args.eval_frequency > 0
+    table = [
+        "| rank | configuration | IQM | 95% CI |" + " eval curve area |" * area + " seeds' final returns |"
+    ]
+    table.append("|---" * (5 + area) + "|")
+    for rank, row in enumerate(rows, 1):
+        (low, high), returns = row["ci95"], ", ".join(f"{x:.1f}" for x in row["final_returns"])
+        cells = [rank, row["config"], f"{row['iqm']:.2f}", f"[{low:.2f}, {high:.2f}]"]
+        cells += [f"{row['eval_curve_area']:.2f}", returns] if area else [returns]
+        table.append("| " + " | ".join(map(str, cells)) + " |")
+    title = f"# Sweep: {SCRIPT} on {args.env_id}, {args.num_seeds} seed(s) per configuration"
+    text = "\n".join([title, "", f"Ranked by {ranked_by}.", "", *table, "", f"Winner: `{rows[0]['command']}`",
+                      "", f"{warning}: the command above trains it on the next seeds.", ""])  # fmt: skip
+    write_atomic(folder / "sweep.md", text.encode())
+    plot_sweep(folder / "sweep.png", f"{SCRIPT} on {args.env_id}", rows, area)
+    print(f"{text}\nwritten to {folder}/: sweep.json, sweep.md, sweep.png")
+
+
+def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> None:
+    """Each configuration's curve: the mean over its seeds, and a 95% bootstrap band of that mean."""
+    from matplotlib.figure import Figure
+
+    ax = (fig := Figure(figsize=(7, 4.5), layout="tight")).subplots()
+    for row in rows:
+        if not (points := [c for c in row["curves"] if len(c)]):
+            continue
+        grid = np.linspace(max(c[0, 0] for c in points), min(c[-1, 0] for c in points), 100)
+        ys = np.stack([np.interp(grid, c[:, 0], c[:, 1]) for c in points])  # [S, 100]
+        draws = ys[np.random.default_rng(0).integers(0, len(ys), (500, len(ys)))].mean(1)  # [500, 100]
+        line = ax.plot(grid, ys.mean(0), label=row["config"])[0]
+        ax.fill_between(grid, *np.percentile(draws, [2.5, 97.5], axis=0), color=line.get_color(), alpha=0.2)
+    what = "evaluation" if evaluation else "training"
+    ax.set(xlabel="environment steps", ylabel=f"{what} return (mean, 95% band)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+
+
 def main() -> None:
-    """Train every seed in compiled chunks, then evaluate each and write its outputs."""
+    """Train every run (a configuration x a seed) in compiled chunks, then evaluate each and write its outputs."""
     gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
@@ -1450,20 +1664,16 @@ def main() -> None:
     args = tyro.cli(Args)
     try:  # every bad input is reported here, in one line, before anything compiles
         start_jax(args)
-        run = open_run(resume_args(args))
-        done, restored = restore_checkpoints(run)
-        state = initial_state(run, restored)  # refused before compiling if it cannot fit the devices
-        run = run if run.args.resume else make_run_dirs(run)
+        runs = open_runs(args := resume_args(args))  # one per program: a sweep's static flags make several
+        if args.sweep:
+            configs = sum(len(run.configs) for run in runs) // args.num_seeds
+            say(f"sweep: {configs} configurations x {args.num_seeds} seed(s), in {len(runs)} program(s)")
+        done, restored = restore_checkpoints(runs[0])
+        state = initial_state(runs[0], restored)
+        train_all(runs if args.resume else make_run_dirs(runs), state, done, stop)
     except ArgsError as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    try:  # the evaluation compiles, and the plot's matplotlib imports, in a thread while the chunks run
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            chunk = compile_chunk(run, state)
-            evaluate = pool.submit(compile_evaluate, run, state)
-            pool.submit(importlib.import_module, "matplotlib.figure")
-            state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
-        finish_run(run, state, loggers, evaluate, evaluation)
     except OSError as error:  # a full disk, a directory gone read-only, ...: every checkpoint written stays
         sys.exit(f"error: {error.strerror or error}: {error.filename or ''}; the last checkpoint is kept")
     finally:
@@ -1472,6 +1682,32 @@ def main() -> None:
         for lock in LOCKS:  # the run directories are free again (main() called from Python)
             lock.close()
         LOCKS.clear()
+
+
+def train_all(runs: list[Run], state: Any, done: int, stop: list[int]) -> None:
+    """Each program in turn, from the first's state (iteration `done`), then a sweep's summary."""
+    for number, run in enumerate(runs):
+        if number:  # the next program of a sweep
+            if stop:
+                say(f"stopped; checkpoints saved. Continue with: python {sys.argv[0]} --resume {run.dirs[0]}")
+                sys.exit(128 + stop[0])
+            done, restored = restore_checkpoints(run)
+            state = initial_state(run, restored)
+        train_and_finish(run, state, done, stop)
+        state = None
+    if runs[0].args.sweep and is_main_process():
+        write_sweep_summary(runs)
+
+
+def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> None:
+    """One program's chunks, then its runs' outputs; the evaluation compiles, and the plot's matplotlib
+    imports, in a thread while the chunks run."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        chunk = compile_chunk(run, state)
+        evaluate = pool.submit(compile_evaluate, run, state)
+        pool.submit(importlib.import_module, "matplotlib.figure")
+        state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
+    finish_run(run, state, loggers, evaluate, evaluation)
 
 
 if __name__ == "__main__":
