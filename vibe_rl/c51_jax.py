@@ -54,23 +54,23 @@ class Args:
     v_max: float = 100.0
     """the return of the highest atom"""
     learning_rate: float = 2.5e-4
-    """the learning rate of the Adam optimizer"""
+    """the learning rate of the Adam optimizer [traced]"""
     num_envs: int = 1
     """the number of parallel environments (one C51 step steps them all)"""
     buffer_size: int = 10_000
     """the replay memory capacity, in transitions"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     target_network_frequency: int = 500
     """env steps between two copies of the online network into the target network"""
     batch_size: int = 128
     """the batch size of the samples from the replay memory (at most --buffer-size)"""
     start_e: float = 1.0
-    """the starting epsilon of the exploration"""
+    """the starting epsilon of the exploration [traced]"""
     end_e: float = 0.05
-    """the ending epsilon of the exploration"""
+    """the ending epsilon of the exploration [traced]"""
     exploration_fraction: float = 0.5
-    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1]"""
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1] [traced]"""
     learning_starts: int = 10_000
     """env steps of pure collection before learning starts"""
     train_frequency: int = 10
@@ -173,6 +173,18 @@ class ReplayBuffer(NamedTuple):
     size: jax.Array  # [] int32, the number of filled rows (<= R)
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program. The support
+    (--v-min, --v-max) is static: the evaluation policy's expected Q reads it too, outside the state."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    start_e: jax.Array
+    end_e: jax.Array
+    exploration_fraction: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one step to the next (and checkpoints)."""
 
@@ -185,6 +197,7 @@ class RunnerState(NamedTuple):
     episode_return: jax.Array  # [N] return of the running episode
     episode_length: jax.Array  # [N] int32
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class StepInfo(NamedTuple):
@@ -305,6 +318,19 @@ class Setup(NamedTuple):
     optimizer: optax.GradientTransformation
 
 
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[C51-16] Adam with epsilon 0.01 / batch_size (the paper's, as CleanRL), no gradient clipping; the
+    rate may be a traced value: Adam's state is the same whatever the rate, so checkpoints keep their
+    layout."""
+    return optax.adam(args.learning_rate, eps=0.01 / args.batch_size)
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
+
+
 def q_values(setup: Setup, params: Params, obs: jax.Array) -> jax.Array:
     """obs [..., *obs_shape] -> the expected Q [..., A] of the network with these params."""
     return expected_q(jax.nn.softmax(setup.network.apply(params, obs), axis=-1), setup.atoms)
@@ -388,6 +414,7 @@ def gradient_step(
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One iteration, one logged point: T = steps_per_iteration steps, their diagnostics reduced to
     means. index: [] int32, the iteration's number (not batched over seeds, nor are its steps')."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     steps = setup.sizes.steps_per_iteration
     step_indices = index * steps + jnp.arange(steps)  # [T]
     state, info = jax.lax.scan(functools.partial(step, setup), state, step_indices)  # info: [T]
@@ -463,10 +490,8 @@ def build_setup(args: Args) -> Setup:
     obs_dtype = jnp.uint8 if spec.binary_obs else obs_space.dtype
     atoms = np.linspace(args.v_min, args.v_max, args.n_atoms, dtype=np.float32)  # [Z] [C51-7]
     cnn = args.network == "cnn" or (args.network == "auto" and image)  # [C51-15]
-    # [C51-16] Adam with epsilon 0.01 / batch_size (the paper's, as CleanRL), no gradient clipping
-    optimizer = optax.adam(args.learning_rate, eps=0.01 / args.batch_size)
     network = QNetwork(spec.action_dim, args.n_atoms, cnn, len(spec.obs_shape))
-    return Setup(args, sizes, spec, obs_dtype, atoms, network, optimizer)
+    return Setup(args, sizes, spec, obs_dtype, atoms, network, make_optimizer(args))
 
 
 def init_state(setup: Setup, key: jax.Array) -> RunnerState:
@@ -485,6 +510,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         episode_return=jnp.zeros(args.num_envs),
         episode_length=jnp.zeros(args.num_envs, jnp.int32),
         key=key,
+        hyper=hyperparameters(args),
     )
 
 

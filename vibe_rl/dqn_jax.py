@@ -54,25 +54,25 @@ class Args:
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4
-    """the learning rate of the Adam optimizer"""
+    """the learning rate of the Adam optimizer [traced]"""
     num_envs: int = 1
     """the number of parallel environments (one DQN step steps them all)"""
     buffer_size: int = 10_000
     """the replay memory capacity, in transitions"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     tau: float = 1.0
-    """target network update rate in (0, 1]: 1.0 is a hard copy, below 1 a Polyak average"""
+    """target network update rate in (0, 1]: 1.0 is a hard copy, below 1 a Polyak average [traced]"""
     target_network_frequency: int = 500
     """env steps between two target network updates"""
     batch_size: int = 128
     """the batch size of the samples from the replay memory (at most --buffer-size)"""
     start_e: float = 1.0
-    """the starting epsilon of the exploration"""
+    """the starting epsilon of the exploration [traced]"""
     end_e: float = 0.05
-    """the ending epsilon of the exploration"""
+    """the ending epsilon of the exploration [traced]"""
     exploration_fraction: float = 0.5
-    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1]"""
+    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1] [traced]"""
     learning_starts: int = 10_000
     """env steps of pure collection before learning starts"""
     train_frequency: int = 10
@@ -175,6 +175,18 @@ class ReplayBuffer(NamedTuple):
     size: jax.Array  # [] int32, the number of filled rows (<= R)
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    tau: jax.Array
+    start_e: jax.Array
+    end_e: jax.Array
+    exploration_fraction: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one step to the next (and checkpoints)."""
 
@@ -187,6 +199,7 @@ class RunnerState(NamedTuple):
     episode_return: jax.Array  # [N] return of the running episode
     episode_length: jax.Array  # [N] int32
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class StepInfo(NamedTuple):
@@ -310,6 +323,18 @@ class Setup(NamedTuple):
     optimizer: optax.GradientTransformation
 
 
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[DQN-11] Adam with optax's defaults, no schedule, no gradient clipping (CleanRL). The rate may be
+    a traced value: Adam's state is the same whatever the rate, so checkpoints keep their layout."""
+    return optax.adam(args.learning_rate)
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
+
+
 # Every schedule and frequency counts env steps (CleanRL's global_step): after step i (0-based)
 # global_step = (i + 1) * N. i comes from the iteration's index, a scan input that vmap over seeds
 # leaves unbatched, so the lax.cond below stay real branches and a skipped gradient step costs nothing.
@@ -389,6 +414,7 @@ def gradient_step(
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One iteration, one logged point: T = steps_per_iteration steps, their diagnostics reduced to
     means. index: [] int32, the iteration's number (not batched over seeds, nor are its steps')."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     steps = setup.sizes.steps_per_iteration
     step_indices = index * steps + jnp.arange(steps)  # [T]
     state, info = jax.lax.scan(functools.partial(step, setup), state, step_indices)  # info: [T]
@@ -458,9 +484,8 @@ def build_setup(args: Args) -> Setup:
     obs_space = spec.env.observation_space(spec.params)
     obs_dtype = jnp.uint8 if spec.binary_obs else obs_space.dtype
     cnn = args.network == "cnn" or (args.network == "auto" and image)  # [DQN-12]
-    # [DQN-11] Adam with optax's defaults and a constant learning rate, no gradient clipping (CleanRL)
-    optimizer = optax.adam(args.learning_rate)
-    return Setup(args, sizes, spec, obs_dtype, QNetwork(spec.action_dim, cnn, len(spec.obs_shape)), optimizer)
+    network = QNetwork(spec.action_dim, cnn, len(spec.obs_shape))
+    return Setup(args, sizes, spec, obs_dtype, network, make_optimizer(args))
 
 
 def init_state(setup: Setup, key: jax.Array) -> RunnerState:
@@ -479,6 +504,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         episode_return=jnp.zeros(args.num_envs),
         episode_length=jnp.zeros(args.num_envs, jnp.int32),
         key=key,
+        hyper=hyperparameters(args),
     )
 
 

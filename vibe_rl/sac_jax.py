@@ -59,17 +59,17 @@ class Args:
     buffer_size: int = 100_000
     """the replay memory buffer size (transitions)"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     tau: float = 0.005
-    """target smoothing coefficient in (0, 1]: target <- tau * online + (1 - tau) * target"""
+    """target smoothing coefficient in (0, 1]: target <- tau * online + (1 - tau) * target [traced]"""
     batch_size: int = 256
     """the batch size of sample from the replay memory (at most --buffer-size)"""
     learning_starts: int = 5_000
     """environment steps of uniformly random actions before the first gradient step"""
     policy_lr: float = 3e-4
-    """the learning rate of the policy network optimizer"""
+    """the learning rate of the policy network optimizer [traced]"""
     q_lr: float = 1e-3
-    """the learning rate of the Q network optimizer (and of the entropy coefficient)"""
+    """the learning rate of the Q network optimizer (and of the entropy coefficient) [traced]"""
     policy_frequency: int = 2
     """the frequency of training the policy (delayed): that many actor updates every that many steps"""
     target_network_frequency: int = 1
@@ -227,6 +227,17 @@ class Learner(NamedTuple):
     alpha_opt: optax.OptState
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program. --alpha is
+    static: only init_state reads it, as the initial log_alpha, a parameter of the state."""
+
+    gamma: jax.Array  # [] each
+    tau: jax.Array
+    policy_lr: jax.Array
+    q_lr: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one step to the next (and checkpoints)."""
 
@@ -238,6 +249,7 @@ class RunnerState(NamedTuple):
     episode_return: jax.Array  # [N] return of the running episode
     episode_length: jax.Array  # [N]
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class CriticInfo(NamedTuple):  # one critic step's numbers, each []
@@ -403,6 +415,19 @@ class Setup(NamedTuple):
     q_optimizer: optax.GradientTransformation  # the critics' and log_alpha's (each its own state)
 
 
+def make_optimizers(args: Args) -> dict[str, optax.GradientTransformation]:
+    """[SAC-11] Adam for each part, Setup's two optimizers: policy_lr for the actor, q_lr for the critics
+    and for alpha. A rate may be a traced value: Adam's state is the same whatever the rate, so
+    checkpoints keep their layout."""
+    return {"actor_optimizer": optax.adam(args.policy_lr), "q_optimizer": optax.adam(args.q_lr)}
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizers built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, **make_optimizers(args))
+
+
 def twin_q(setup: Setup, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
     """[SAC-6] both critics in one call (their parameters are stacked, [Q, ...]): [B, ...] -> [Q, B]."""
     return jax.vmap(setup.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
@@ -512,9 +537,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
     reset = lambda x: jnp.where(done, 0, x)  # [N], an episode that ended starts again from 0
-    state = RunnerState(
-        learner, out.state, out.obs, buffer, obs_rms, reset(episode_return), reset(episode_length), key
-    )
+    episode = reset(episode_return), reset(episode_length)
+    state = RunnerState(learner, out.state, out.obs, buffer, obs_rms, *episode, key, state.hyper)
     ended = (episode_return * done).sum(), (episode_length * done).sum(), done.sum()
     return state, StepStats(*ended, critic_info, actor_info)
 
@@ -522,6 +546,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One SAC iteration: the T = steps_per_iteration steps between two logged points, and their
     Metrics. index: [] int32, the iteration's number; its steps' numbers derive from it, unbatched."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     per_iteration = setup.sizes.steps_per_iteration  # T
     steps = index * per_iteration + jnp.arange(per_iteration)  # [T] the steps' numbers
     state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats [T]
@@ -571,9 +596,8 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     stored = {"the replay buffer (--buffer-size)": rows * n, "the run (--total-timesteps)": steps * n}
     for where, count in stored.items():  # a batch draws from the transitions stored
         require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
-    # [SAC-11] Adam for each part: policy_lr for the actor, q_lr for the critics and for alpha
     actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
-    return Setup(args, sizes, spec, actor, critic, optax.adam(args.policy_lr), optax.adam(args.q_lr))
+    return Setup(args, sizes, spec, actor, critic, **make_optimizers(args))
 
 
 def init_state(setup: Setup, key: jax.Array) -> RunnerState:
@@ -593,7 +617,8 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
     buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
     zeros, obs_rms = jnp.zeros(num_envs), rms_init(obs_dim)  # zeros for the running episodes' statistics
-    return RunnerState(learner, env_state, obs, buffer, obs_rms, zeros, zeros.astype(jnp.int32), key)
+    hyper = hyperparameters(args)
+    return RunnerState(learner, env_state, obs, buffer, obs_rms, zeros, zeros.astype(jnp.int32), key, hyper)
 
 
 def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:

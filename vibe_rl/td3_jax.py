@@ -59,27 +59,27 @@ class Args:
     total_timesteps: int = 50_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 3e-4
-    """the learning rate of the optimizers (Adam) of the actor and of the critics"""
+    """the learning rate of the optimizers (Adam) of the actor and of the critics [traced]"""
     num_envs: int = 1
     """the number of parallel environments; one gradient step per step of all of them"""
     buffer_size: int = 100_000
     """the replay memory buffer size (transitions)"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     tau: float = 0.005
-    """target smoothing coefficient in (0, 1]: target <- tau * online + (1 - tau) * target"""
+    """target smoothing coefficient in (0, 1]: target <- tau * online + (1 - tau) * target [traced]"""
     batch_size: int = 256
     """the batch size of sample from the replay memory (at most --buffer-size)"""
     policy_noise: float = 0.2
-    """[TD3-3] the std of the target policy smoothing noise, in units of half the action range"""
+    """[TD3-3] the std of the target policy smoothing noise, in units of half the action range [traced]"""
     exploration_noise: float = 0.1
-    """the std of the Gaussian exploration noise, in units of half the action range"""
+    """the std of the Gaussian exploration noise, in units of half the action range [traced]"""
     learning_starts: int = 5_000
     """environment steps of uniformly random actions before the first gradient step"""
     policy_frequency: int = 2
     """[TD3-2] the frequency of training the policy (delayed), and of the target updates; 1: every step"""
     noise_clip: float = 0.5
-    """[TD3-3] the target policy smoothing noise is clipped to +-noise_clip (half the action range's units)"""
+    """[TD3-3] the smoothing noise is clipped to +-noise_clip, in units of half the action range [traced]"""
     clipped_double_q: bool = True
     """[TD3-1] twin critics, the TD target from the min of their targets; off: one critic"""
     target_policy_smoothing: bool = True
@@ -212,6 +212,18 @@ class Learner(NamedTuple):
     critic_opt: optax.OptState  # of the Q critics together
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    tau: jax.Array
+    policy_noise: jax.Array
+    exploration_noise: jax.Array
+    noise_clip: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one step to the next (and checkpoints)."""
 
@@ -223,6 +235,7 @@ class RunnerState(NamedTuple):
     episode_return: jax.Array  # [N] return of the running episode
     episode_length: jax.Array  # [N]
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class CriticInfo(NamedTuple):  # one critic step's numbers, each []
@@ -392,6 +405,19 @@ class Setup(NamedTuple):
     optimizer: optax.GradientTransformation  # Adam, for the actor and the critics (each its own state)
 
 
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[TD3-10] Adam with optax's defaults, for the actor and for the critics (each its own state). The
+    rate may be a traced value: Adam's state is the same whatever the rate, so checkpoints keep their
+    layout."""
+    return optax.adam(args.learning_rate)
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
+
+
 def critics(setup: Setup, critic_params: Params, obs: jax.Array, action: jax.Array) -> jax.Array:
     """The Q critics in one call (their parameters are stacked, [Q, ...]): [B, ...] -> [Q, B]."""
     return jax.vmap(setup.critic.apply, in_axes=(0, None, None))(critic_params, obs, action)
@@ -490,9 +516,8 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     episode_return, episode_length = state.episode_return + out.reward, state.episode_length + 1
     reset = lambda x: jnp.where(done, 0, x)  # [N], an episode that ended starts again from 0
-    state = RunnerState(
-        learner, out.state, out.obs, buffer, obs_rms, reset(episode_return), reset(episode_length), key
-    )
+    episode = reset(episode_return), reset(episode_length)
+    state = RunnerState(learner, out.state, out.obs, buffer, obs_rms, *episode, key, state.hyper)
     ended = (episode_return * done).sum(), (episode_length * done).sum(), done.sum()
     return state, StepStats(*ended, critic_info, actor_info)
 
@@ -500,6 +525,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One TD3 iteration: the T = steps_per_iteration steps between two logged points, and their
     Metrics. index: [] int32, the iteration's number; its steps' numbers derive from it, unbatched."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     per_iteration = setup.sizes.steps_per_iteration  # T
     steps = index * per_iteration + jnp.arange(per_iteration)  # [T] the steps' numbers
     state, stats = jax.lax.scan(functools.partial(step, setup), state, steps)  # stats [T]
@@ -560,7 +586,7 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     for where, count in stored.items():  # a batch draws from the transitions stored
         require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
     actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
-    return Setup(args, sizes, spec, actor, critic, optax.adam(args.learning_rate))
+    return Setup(args, sizes, spec, actor, critic, make_optimizer(args))
 
 
 def init_state(setup: Setup, key: jax.Array) -> RunnerState:
@@ -577,7 +603,8 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
     obs, env_state = reset_envs(spec, reset_key, num_envs)  # [N, obs_dim], [N]
     buffer = buffer_init(setup.sizes.buffer_rows, num_envs, obs_dim, spec.action_dim)
     zeros, obs_rms = jnp.zeros(num_envs), rms_init(obs_dim)  # zeros for the running episodes' statistics
-    return RunnerState(learner, env_state, obs, buffer, obs_rms, zeros, zeros.astype(jnp.int32), key)
+    hyper = hyperparameters(setup.args)
+    return RunnerState(learner, env_state, obs, buffer, obs_rms, zeros, zeros.astype(jnp.int32), key, hyper)
 
 
 def make_train(args: Args, spec: EnvSpec | None = None) -> Callable[[jax.Array], tuple[RunnerState, Metrics]]:
