@@ -1867,7 +1867,7 @@ def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> No
 
 
 def main() -> None:
-    """Train every run (a configuration x a seed) in compiled chunks, then evaluate each and write its outputs."""
+    """Train every run (a configuration x a seed) in compiled chunks, then evaluate each and write out."""
     gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
