@@ -77,7 +77,7 @@ class Args:
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
+    """the learning rate of the optimizer [traced]"""
     num_envs: int = 4
     """the number of parallel environments (of one seed, over all its devices)"""
     num_steps: int = 128
@@ -85,9 +85,9 @@ class Args:
     anneal_lr: bool = True
     """linearly anneal the learning rate to 0 over the training"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
+    """the lambda of generalized advantage estimation [traced]"""
     num_minibatches: int = 4
     """the number of minibatches per epoch"""
     update_epochs: int = 4
@@ -95,15 +95,15 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too)"""
+    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too) [traced]"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
-    """coefficient of the entropy bonus (>= 0)"""
+    """coefficient of the entropy bonus (>= 0) [traced]"""
     vf_coef: float = 0.5
-    """coefficient of the value loss (>= 0)"""
+    """coefficient of the value loss (>= 0) [traced]"""
     max_grad_norm: float = 0.5
-    """the maximum global norm of the gradient (> 0)"""
+    """the maximum global norm of the gradient (> 0) [traced]"""
     target_kl: float | None = None
     """skip the remaining epochs of an iteration once approx_kl exceeds this (>= 0; unset: no early stop)"""
     hidden_size: int = 64
@@ -231,6 +231,19 @@ class RunningMeanStd(NamedTuple):
     count: jax.Array  # []
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    gae_lambda: jax.Array
+    clip_coef: jax.Array
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+    max_grad_norm: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one iteration to the next (and checkpoints). The
     env fields (ENV_FIELDS) are split along the mesh's "data" axis; see state_specs."""
@@ -245,6 +258,7 @@ class RunnerState(NamedTuple):
     return_rms: RunningMeanStd  # discounted-return statistics (used when --normalize-reward)
     discounted_return: jax.Array  # [N] running discounted return, for reward scaling
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 ENV_FIELDS = ("env_state", "obs", "episode_return", "episode_length", "discounted_return")  # [N, ...]
@@ -466,6 +480,18 @@ class Setup(NamedTuple):
     mesh: Mesh  # axes ("seeds", "data")
 
 
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies the
+    learning rate."""
+    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
+
+
 def flatten_obs(obs: jax.Array) -> jax.Array:
     """[N, *obs_shape] -> [N, obs_dim]: the rollout stores observations flat (MinAtar images too)."""
     return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
@@ -620,6 +646,7 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index [] int32 is
     the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     args, sizes, obs_rms = setup.args, setup.sizes, state.obs_rms  # the statistics the rollout used
 
     # COLLECT TRAJECTORIES
@@ -740,9 +767,7 @@ def build_setup(args: Args) -> Setup:
     # Auto axes: the partitioner propagates the layout (Explicit, make_mesh's default, types it)
     mesh = jax.make_mesh((count // D, D), ("seeds", "data"), axis_types=(AxisType.Auto, AxisType.Auto))
     sizes = Sizes(batch_size, batch_size // M, args.total_timesteps // batch_size, G, D, count // D, L)
-    # [PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies
-    # the learning rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+    optimizer = make_optimizer(args)
     return Setup(args, sizes, spec, Actor(spec, args.hidden_size), Critic(args.hidden_size), optimizer, mesh)
 
 
@@ -770,6 +795,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         return_rms=rms_init(()),
         discounted_return=jnp.zeros(num_envs),
         key=key,
+        hyper=hyperparameters(setup.args),
     )
 
 
@@ -777,7 +803,7 @@ def state_specs(setup: Setup, state: RunnerState) -> RunnerState:
     """Where each leaf of one seed's state lies on the mesh, a PartitionSpec per leaf (the harness
     puts the seed axis in front, along "seeds"): the env axis [N] of ENV_FIELDS along "data";
     parameters and Adam moments replicated, or with --fsdp split along their largest axis that
-    D divides; the rest (statistics, key) replicated."""
+    D divides; the rest (statistics, key, hyper: the traced flags' values, [] per seed) replicated."""
 
     def layout(name: str, leaf: Any) -> P:
         if name in ENV_FIELDS:

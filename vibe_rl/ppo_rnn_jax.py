@@ -66,7 +66,7 @@ class Args:
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
+    """the learning rate of the optimizer [traced]"""
     num_envs: int = 4
     """the number of parallel environments (a multiple of --num-minibatches)"""
     num_steps: int = 128
@@ -74,9 +74,9 @@ class Args:
     anneal_lr: bool = True
     """linearly anneal the learning rate to 0 over the training"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
+    """the lambda of generalized advantage estimation [traced]"""
     num_minibatches: int = 4
     """the number of minibatches per epoch; each holds num_envs / num_minibatches whole sequences"""
     update_epochs: int = 4
@@ -84,15 +84,15 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too)"""
+    """the surrogate clipping coefficient (> 0; the value loss is clipped by it too) [traced]"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
-    """coefficient of the entropy bonus (>= 0)"""
+    """coefficient of the entropy bonus (>= 0) [traced]"""
     vf_coef: float = 0.5
-    """coefficient of the value loss (>= 0)"""
+    """coefficient of the value loss (>= 0) [traced]"""
     max_grad_norm: float = 0.5
-    """the maximum global norm of the gradient (> 0)"""
+    """the maximum global norm of the gradient (> 0) [traced]"""
     target_kl: float | None = None
     """skip the remaining epochs of an iteration once approx_kl exceeds this (>= 0; unset: no early stop)"""
     normalize_reward: bool = False
@@ -234,6 +234,19 @@ class RunningMeanStd(NamedTuple):  # running mean and variance of the discounted
     count: jax.Array  # []
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    gae_lambda: jax.Array
+    clip_coef: jax.Array
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+    max_grad_norm: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one iteration to the next (and checkpoints)."""
 
@@ -248,6 +261,7 @@ class RunnerState(NamedTuple):
     return_rms: RunningMeanStd  # discounted-return statistics (used when --normalize-reward)
     discounted_return: jax.Array  # [N] running discounted return, for reward scaling
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class Transition(NamedTuple):
@@ -409,6 +423,18 @@ class Setup(NamedTuple):
     spec: EnvSpec
     agent: RecurrentAgent
     optimizer: optax.GradientTransformation
+
+
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies the
+    learning rate."""
+    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
 
 
 def unroll(
@@ -594,6 +620,7 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One PPO iteration: rollout, advantages, update_epochs of minibatch SGD. index [] int32 is
     the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     args, params = setup.args, state.params
 
     # COLLECT TRAJECTORIES
@@ -720,9 +747,7 @@ def build_setup(args: Args) -> Setup:
         args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
     )
     sizes = Sizes(batch_size, args.num_envs // args.num_minibatches, args.total_timesteps // batch_size)
-    # [PPO-11] global gradient-norm clipping, then [PPO-3] Adam with eps 1e-5; minibatch_step applies
-    # the learning rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+    optimizer = make_optimizer(args)
     return Setup(args, sizes, spec, RecurrentAgent(spec, args.hidden_size), optimizer)
 
 
@@ -751,6 +776,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         return_rms=RunningMeanStd(jnp.zeros(()), jnp.ones(()), jnp.asarray(1e-4)),
         discounted_return=jnp.zeros(num_envs),
         key=key,
+        hyper=hyperparameters(setup.args),
     )
 
 

@@ -60,7 +60,7 @@ class Args:
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 1e-4
-    """the learning rate of the optimizer (RAdam)"""
+    """the learning rate of the optimizer (RAdam) [traced]"""
     num_envs: int = 32
     """the number of parallel environments"""
     num_steps: int = 64
@@ -68,23 +68,23 @@ class Args:
     anneal_lr: bool = True
     """linearly anneal the learning rate to 0 over the training"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma [traced]"""
     q_lambda: float = 0.95
-    """the lambda of the Q(lambda) returns (0: one-step Q-learning targets)"""
+    """the lambda of the Q(lambda) returns (0: one-step Q-learning targets) [traced]"""
     num_minibatches: int = 16
     """the number of minibatches per epoch"""
     update_epochs: int = 4
     """the number of epochs over the rollout per iteration"""
     max_grad_norm: float = 10.0
-    """the maximum global norm of the gradient (> 0)"""
+    """the maximum global norm of the gradient (> 0) [traced]"""
     reward_scale: float = 0.1
-    """the rewards are multiplied by this (> 0) for learning (the logged returns are the env's)"""
+    """the rewards are multiplied by this (> 0) for learning (the logged returns are the env's) [traced]"""
     start_e: float = 1.0
-    """the starting epsilon of the exploration"""
+    """the starting epsilon of the exploration [traced]"""
     end_e: float = 0.2
-    """the final epsilon of the exploration"""
+    """the final epsilon of the exploration [traced]"""
     exploration_fraction: float = 0.2
-    """the fraction of total_timesteps over which epsilon decays from start_e to end_e, in (0, 1]"""
+    """the fraction of total_timesteps over which epsilon goes from start_e to end_e, in (0, 1] [traced]"""
     hidden_size: int = 256
     """width of the MLP's two hidden layers, or of the CNN's dense layer"""
     network: Literal["auto", "mlp", "cnn"] = "auto"
@@ -170,6 +170,20 @@ class QNetwork(nn.Module):
 Params = Any  # a flax parameter pytree
 
 
+class Hyperparameters(NamedTuple):
+    """The flags marked [traced] in Args: a run carries their values in its state instead of compiling
+    them in as constants, so a --sweep over them trains every configuration in one program."""
+
+    learning_rate: jax.Array  # [] each
+    gamma: jax.Array
+    q_lambda: jax.Array
+    max_grad_norm: jax.Array
+    reward_scale: jax.Array
+    start_e: jax.Array
+    end_e: jax.Array
+    exploration_fraction: jax.Array
+
+
 class RunnerState(NamedTuple):
     """Everything the training carries from one iteration to the next (and checkpoints)."""
 
@@ -180,6 +194,7 @@ class RunnerState(NamedTuple):
     episode_return: jax.Array  # [N] undiscounted return of the running episode
     episode_length: jax.Array  # [N]
     key: jax.Array
+    hyper: Hyperparameters  # this run's values of the traced flags (fixed for the whole run)
 
 
 class Transition(NamedTuple):
@@ -210,10 +225,8 @@ class RolloutRandomness(NamedTuple):
 def linear_schedule(start: float, end: float, duration: float, step: jax.Array) -> jax.Array:
     """[PQN-2] epsilon-greedy exploration, epsilon on this schedule: start at step 0, then linearly
     to end at step `duration`, then flat. step holds env steps done, any shape (the result has its
-    shape)."""
-    if duration <= 0:  # no decay, so end from the start
-        return jnp.full(jnp.shape(step), end, jnp.float32)
-    fraction = jnp.minimum(step / duration, 1.0)
+    shape). The bounds and duration may be traced values []."""
+    fraction = jnp.where(duration > 0, jnp.minimum(step / duration, 1.0), 1.0)  # duration <= 0: end at once
     return start + fraction * (end - start)
 
 
@@ -288,7 +301,6 @@ class Sizes(NamedTuple):
     batch_size: int  # T*N = num_steps * num_envs, the env steps of one iteration
     minibatch_size: int  # B = T*N / M
     num_iterations: int  # total_timesteps // (T*N)
-    exploration_steps: float  # exploration_fraction * total_timesteps, where epsilon reaches end_e
 
 
 class Setup(NamedTuple):
@@ -299,6 +311,25 @@ class Setup(NamedTuple):
     spec: EnvSpec
     q_network: QNetwork
     optimizer: optax.GradientTransformation
+
+
+def make_optimizer(args: Args) -> optax.GradientTransformation:
+    """[PQN-9] global gradient-norm clipping, then [PQN-8] RAdam, the paper's optimizer; minibatch_step
+    applies the learning rate."""
+    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_radam())
+
+
+def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
+    """The setup of one run: args holding its traced flags' values, and the optimizer built from them."""
+    args = with_hyperparameters(setup.args, hyper)
+    return setup._replace(args=args, optimizer=make_optimizer(args))
+
+
+def epsilon(args: Args, env_steps_done: jax.Array) -> jax.Array:
+    """[PQN-2] epsilon after env_steps_done env steps (any shape): from start_e to end_e over
+    exploration_fraction * total_timesteps env steps."""
+    duration = args.exploration_fraction * args.total_timesteps  # where epsilon reaches end_e
+    return linear_schedule(args.start_e, args.end_e, duration, env_steps_done)
 
 
 def flatten_obs(obs: jax.Array) -> jax.Array:
@@ -347,9 +378,9 @@ def rollout(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerS
     key, explore_key, action_key, env_key = jax.random.split(state.key, 4)
     shape = (args.num_steps, args.num_envs)  # [T, N]
     env_steps_done = (index * args.num_steps + jnp.arange(args.num_steps)) * args.num_envs  # [T] before each
-    epsilon = linear_schedule(args.start_e, args.end_e, setup.sizes.exploration_steps, env_steps_done)  # [T]
+    step_epsilon = epsilon(args, env_steps_done)  # [T]
     randomness = RolloutRandomness(
-        explore=jax.random.uniform(explore_key, shape) < epsilon[:, None],  # [PQN-2] probability epsilon
+        explore=jax.random.uniform(explore_key, shape) < step_epsilon[:, None],  # [PQN-2] probability epsilon
         random_action=jax.random.randint(action_key, shape, 0, spec.action_dim),
         env_keys=jax.random.split(env_key, shape),
     )
@@ -424,6 +455,7 @@ METRIC_TAGS = {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for na
 def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerState, Metrics]:
     """One PQN iteration: rollout, Q(lambda) returns, update_epochs of minibatch SGD. index [] int32
     is the iteration's number (not batched over seeds). LossInfo of the epochs is [update_epochs, M]."""
+    setup = run_setup(setup, state.hyper)  # the traced flags, as this run's values
     args, sizes = setup.args, setup.sizes
 
     # COLLECT TRAJECTORIES
@@ -457,7 +489,7 @@ def iteration(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[Runne
     return state, Metrics(
         episodic_return=jnp.where(num_done > 0, (traj.episode_return * done).sum() / num_done, jnp.nan),
         episodic_length=jnp.where(num_done > 0, (traj.episode_length * done).sum() / num_done, jnp.nan),
-        epsilon=linear_schedule(args.start_e, args.end_e, sizes.exploration_steps, last_step),
+        epsilon=epsilon(args, last_step),
         learning_rate=learning_rate,
         **jax.tree.map(lambda x: x[-1].mean(), info)._asdict(),
     )
@@ -499,15 +531,8 @@ def build_setup(args: Args) -> Setup:
     require(
         args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} < one batch, {batch}"
     )
-    sizes = Sizes(
-        batch_size=batch_size,
-        minibatch_size=batch_size // args.num_minibatches,
-        num_iterations=args.total_timesteps // batch_size,
-        exploration_steps=args.exploration_fraction * args.total_timesteps,
-    )
-    # [PQN-9] global gradient-norm clipping, then [PQN-8] RAdam, the paper's optimizer;
-    # minibatch_step applies the learning rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.scale_by_radam())
+    sizes = Sizes(batch_size, batch_size // args.num_minibatches, args.total_timesteps // batch_size)
+    optimizer = make_optimizer(args)
     q_network = QNetwork(spec.action_dim, spec.obs_shape, args.hidden_size, network)
     return Setup(args, sizes, spec, q_network, optimizer)
 
@@ -526,6 +551,7 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         episode_return=jnp.zeros(num_envs),
         episode_length=jnp.zeros(num_envs, jnp.int32),
         key=key,
+        hyper=hyperparameters(setup.args),
     )
 
 
