@@ -4,6 +4,7 @@
                                                      # 25 minutes on 2 cores; rnn and td3 add to it)
     python -m benchmark.speed --only train,dqn --rounds 2
     python -m benchmark.speed --only rnn,td3
+    python -m benchmark.speed --only sweep --rounds 3
     python -m benchmark.speed --only td3 --rounds 1 --budget-scale 0.2   # a check that it runs, not a figure
     python -m benchmark.speed --docs                 # + the table into README.md and docs/benchmarks.md
 
@@ -29,6 +30,12 @@ round by round; time on an idle machine: another job on the cores shifts every f
          steps): ppo_rnn_jax's `make_train` (RNN, below) against ppo_rnn.py's, each one jit.
          The code still differs in activations and the time-limit bootstrap:
          benchmark/peers/purejaxrl_ppo_rnn.py's docstring lists it.
+  sweep  `--sweep learning_rate=1e-4,2.5e-4,5e-4,1e-3 --num-seeds 2` (4 traced configurations x 2
+         seeds, one program) against `--num-seeds 8` of one configuration, through the command
+         line with CleanRL's CartPole config (the training time each prints, and how many
+         programs it compiled); and rejax's population on the same grid: `vmap(PPO.create)` over
+         the 4 rates, then `jit(vmap(vmap(train)))` over rates x seeds (rejax_ppo.py
+         --learning-rates), timed after compiling. rejax does not anneal the rate; ours does.
   td3    TD3 at rejax's own Pendulum-v1 config (1 env, 10k steps, learning from 1000, batch
          100, lr 1e-3, 64-64 networks, ...): td3_jax's `make_train` (TD3, below) against rejax's
          `TD3.train`, each one jit; the runner gets the same td3_jax flags, which it maps onto
@@ -61,7 +68,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "benchmark" / "peers"
 COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.M)
-TRAINED = re.compile(r"^trained [0-9,]+ steps(?: x \d+ seed\(s\))? in ([0-9.]+)s", re.M)
+TRAINED = re.compile(r"^trained [0-9,]+ steps(?: x .*?)? in ([0-9.]+)s", re.M)
 PPO = ["--num-envs", "4", "--num-steps", "128", "--total-timesteps", "500000"]  # CleanRL's CartPole config
 DOCS_BEGIN, DOCS_END = "<!-- speed:begin -->", "<!-- speed:end -->"
 
@@ -123,6 +130,7 @@ def run(command: list[str], timeout: float = 1800) -> dict[str, Any]:
         "wall_s": wall,
         "compile_s": sum(map(float, compiled)) if compiled else None,
         "train_s": min(map(float, trained)) if trained else None,
+        "programs": len(compiled),  # the programs it compiled (a script: one per chunk's shape)
     }
 
 
@@ -246,6 +254,22 @@ def compare_seeds(rounds: int, scratch: Path) -> dict[str, Any]:
     return interleave(variants, rounds, "seeds")
 
 
+SWEEP_RATES = "1e-4,2.5e-4,5e-4,1e-3"  # the traced grid of the sweep comparison, 2 seeds each
+
+
+def compare_sweep(rounds: int, scratch: Path) -> dict[str, Any]:
+    ours = [sys.executable, "vibe_rl/ppo_jax_scan.py", *PPO, "--output-dir", str(scratch / "runs")]
+    ours += ["--eval-episodes", "4"]
+    variants = {
+        "vibe_rl, sweep": [*ours, "--sweep", f"learning_rate={SWEEP_RATES}", "--num-seeds", "2"],
+        "vibe_rl, 8 seeds": [*ours, "--num-seeds", "8"],
+    }
+    if peers_python():
+        population = ["--learning-rates", SWEEP_RATES, "--num-seeds", "2", "--repeats", "2"]
+        variants["rejax, population"] = peer("rejax_ppo.py", *population)
+    return interleave(variants, rounds, "sweep")
+
+
 def compare_dqn(rounds: int) -> dict[str, Any]:
     variants = {"vibe_rl": inprocess("dqn_jax", "num_envs=10")}
     if purejaxrl_ready():
@@ -313,6 +337,18 @@ def table(results: dict[str, Any]) -> str:
             one, eight = (s[f"PureJaxRL, {n} seed(s), vmap on one device"]["train_s"] for n in (1, 8))
             what = "PureJaxRL 8 seeds / 1 seed (vmap, one device)"
             rows.append(row(what, "", f"{seconds(eight)} / {seconds(one)} = {ratio(eight, one)}x", "", ""))
+    if "sweep" in results:
+        s = results["sweep"]
+        sweep, eight = s["vibe_rl, sweep"]["train_s"], s["vibe_rl, 8 seeds"]["train_s"]
+        programs = {sample["programs"] for sample in s["vibe_rl, sweep"]["samples"]}
+        what = f"sweep of 4 learning rates x 2 seeds / 8 seeds of one, training time ({programs} program(s))"
+        rows.append(
+            row(what, f"{seconds(sweep)} / {seconds(eight)} = {ratio(sweep, eight)}x", "", "", "≤ 1.1")
+        )
+        if "rejax, population" in s:
+            theirs = s["rejax, population"]["train_s"]
+            what = "the same sweep's training time, against rejax's vmap(PPO.create) population"
+            rows.append(row(what, seconds(sweep), f"rejax {seconds(theirs)}", ratio(sweep, theirs), "≤ 1.0"))
     if "dqn" in results and "PureJaxRL" in results["dqn"]:
         ours, theirs = (results["dqn"][name]["train_s"] for name in ("vibe_rl", "PureJaxRL"))
         what = "DQN training, PureJaxRL dqn.py's CartPole config, one jit"
@@ -344,7 +380,9 @@ def write_docs(block: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="train,wall,seeds,dqn,rnn,td3", help="comma-separated comparisons")
+    parser.add_argument(
+        "--only", default="train,wall,seeds,sweep,dqn,rnn,td3", help="comma-separated comparisons"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="processes per variant, interleaved")
     parser.add_argument(
         "--budget-scale",
@@ -368,6 +406,7 @@ def main() -> None:
             ("train", lambda: compare_train(cli.rounds)),
             ("wall", lambda: compare_wall(cli.rounds, Path(scratch))),
             ("seeds", lambda: compare_seeds(cli.rounds, Path(scratch))),
+            ("sweep", lambda: compare_sweep(cli.rounds, Path(scratch))),
             ("dqn", lambda: compare_dqn(cli.rounds)),
             ("rnn", lambda: compare_rnn(cli.rounds, cli.budget_scale)),
             ("td3", lambda: compare_td3(cli.rounds, cli.budget_scale)),

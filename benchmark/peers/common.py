@@ -82,11 +82,16 @@ def add_speed_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=int, default=default, help=help_text)
 
 
-def parse_ppo_args(description: str, speed_flags: bool = False) -> argparse.Namespace:
-    """The PPO flags of vibe_rl/ppo_jax_scan.py that a peer can match, spelled the same."""
+def parse_ppo_args(
+    description: str, speed_flags: bool = False, population: bool = False
+) -> argparse.Namespace:
+    """The PPO flags of vibe_rl/ppo_jax_scan.py that a peer can match, spelled the same (population:
+    also --learning-rates, a comma-separated list to train as one population)."""
     parser = argparse.ArgumentParser(description=description)
     for name, default in PPO_FLAGS.items():
         parser.add_argument(f"--{name}", type=type(default), default=default)
+    if population:
+        parser.add_argument("--learning-rates", type=str, default="", help="e.g. 1e-4,1e-3")
     if speed_flags:
         add_speed_flags(parser)
     return check_speed_flags(parser, parser.parse_args())

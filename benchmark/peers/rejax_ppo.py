@@ -3,6 +3,7 @@
     pip install rejax==0.1.3 "gymnax<1.0"    # its own venv: set VIBE_RL_REJAX_PYTHON
     python benchmark/peers/rejax_ppo.py --env-id CartPole-v1 --total-timesteps 100000
     ... --repeats 3 --num-seeds 8             # best of 3 calls, 8 seeds in one vmap
+    ... --learning-rates 1e-4,1e-3 --num-seeds 2   # a population: vmap(PPO.create) over the rates
 
 rejax 0.1.3 needs gymnax < 1.0 (gymnax 1.0's env.step returns 6 values). Matched to
 ppo_jax_scan: num_envs, num_steps, epochs, minibatches, lr, clip, ent/vf coefficients,
@@ -12,6 +13,10 @@ jitted program; its own evaluation callback (128 episodes at every eval_freq ste
 replaced by a no-op, so the timed call is training only. Compile time is printed apart,
 as vibe_rl's scripts do. Then a deterministic (greedy) evaluation of each seed, written to
 {output_dir}/{env_id}__rejax_ppo__{seed}__{time}/eval.json.
+
+With --learning-rates, rejax's own way to train a hyperparameter population: `jax.vmap(PPO.create)`
+over the rates (its hyperparameters are pytree leaves), then `jit(vmap(vmap(PPO.train)))` over
+rates x seeds; it is timed as above (N = env steps of every run) and not evaluated.
 """
 
 from __future__ import annotations
@@ -37,15 +42,15 @@ def no_evaluation(algo: PPO, ts: object, key: jax.Array) -> jax.Array:
     return jnp.zeros(())
 
 
-def main() -> None:
-    args = parse_ppo_args(__doc__.splitlines()[0], speed_flags=True)
+def create(args: object, learning_rate: float | jax.Array) -> PPO:
+    """rejax's PPO at vibe_rl's flags, with this learning rate; training only (no evaluation)."""
     algo = PPO.create(
         env=args.env_id,
         num_envs=args.num_envs,
         num_steps=args.num_steps,
         num_epochs=args.update_epochs,
         num_minibatches=args.num_minibatches,
-        learning_rate=args.learning_rate,
+        learning_rate=learning_rate,
         max_grad_norm=args.max_grad_norm,
         total_timesteps=args.total_timesteps,
         eval_freq=args.total_timesteps,  # one evaluation call, at the end (a no-op, below)
@@ -57,11 +62,24 @@ def main() -> None:
         vf_coef=args.vf_coef,
         agent_kwargs={"activation": "tanh"},
     )
-    algo = algo.replace(eval_callback=no_evaluation)
+    return algo.replace(eval_callback=no_evaluation)
+
+
+def main() -> None:
+    args = parse_ppo_args(__doc__.splitlines()[0], speed_flags=True, population=True)
+    algo = create(args, args.learning_rate)
     iteration = args.num_envs * args.num_steps
     steps = -(-args.total_timesteps // iteration) * iteration  # rejax rounds up to whole iterations
 
     keys = seed_keys(args.seed, args.num_seeds)
+    if args.learning_rates:  # a population of rates x the seeds, one program
+        rates = jnp.array([float(rate) for rate in args.learning_rates.split(",")])
+        algos = jax.vmap(lambda rate: create(args, rate))(rates)
+        seeds = keys if args.num_seeds > 1 else keys[None]
+        train = jax.vmap(jax.vmap(PPO.train, in_axes=(None, 0)), in_axes=(0, None))
+        compiled = compile_train(PEER, lambda k: train(algos, k), 1, seeds)
+        time_train(compiled, seeds, args.repeats, steps * args.num_seeds * len(rates))
+        return
     compiled = compile_train(PEER, algo.train, args.num_seeds, keys)
     states, _ = time_train(compiled, keys, args.repeats, steps * args.num_seeds)
 
