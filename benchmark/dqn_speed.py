@@ -1,8 +1,10 @@
-"""Speed of vibe_rl/dqn_jax.py on CartPole-v1 with the default (CleanRL) config, and where
+"""Speed of vibe_rl/dqn_jax.py on CartPole-v1 with CleanRL's config, and where
 the time goes: acting + env stepping, replay-buffer insert, replay-buffer sample, gradient
-updates.
+updates. CleanRL's plain DQN and lr 2.5e-4 are pinned (CLEANRL below): dqn_jax's defaults now
+differ there (Double DQN, 1e-4; docs/dqn_jax.md, "Defaults"), and Double DQN costs one more
+forward pass per gradient step.
 
-    python -m benchmark.dqn_speed                 # default config, 1 env
+    python -m benchmark.dqn_speed                 # CleanRL's config, 1 env
     python -m benchmark.dqn_speed --num-envs 8 --train-frequency 80 --target-network-frequency 480
     python -m benchmark.dqn_speed --chunk-overhead                      # also the chunking cost
     python -m benchmark.dqn_speed --steps 2000 --repeats 1 --chunk-overhead \\
@@ -19,7 +21,7 @@ machine where the absolute numbers do not. The pieces, each a scan over --steps 
   update    dqn_jax.gradient_step (sample + loss + gradient + Adam), once per gradient step
             (minus sample = the update)
 
-With --chunk-overhead, the whole default-config training three ways (best of --chunk-repeats):
+With --chunk-overhead, the whole training at CleanRL's config three ways (best of --chunk-repeats):
 
   single    jit(vmap(make_train(args))): the whole training as one program
   one_chunk the harness's run_chunk with all iterations in one call (its lax.cond per iteration, no
@@ -44,12 +46,18 @@ import numpy as np
 from benchmark.ceiling import best_time, ceiling_sps
 from vibe_rl import dqn_jax
 
+# CleanRL dqn_jax.py's values where dqn_jax's defaults differ
+CLEANRL = {"double_dqn": False, "learning_rate": 2.5e-4}
+
 
 def measure(
     num_envs: int, train_frequency: int, target_network_frequency: int, num_steps: int, repeats: int
 ) -> dict:
     args = dqn_jax.Args(
-        num_envs=num_envs, train_frequency=train_frequency, target_network_frequency=target_network_frequency
+        num_envs=num_envs,
+        train_frequency=train_frequency,
+        target_network_frequency=target_network_frequency,
+        **CLEANRL,
     )
     setup = dqn_jax.build_setup(args)  # validates the flags
     spec, obs_dtype = setup.spec, setup.obs_dtype
@@ -148,8 +156,8 @@ def measure(
 
 def chunk_overhead(total_timesteps: int, num_chunks: int, repeats: int) -> dict:
     """The CLI's chunked run (one compiled call per chunk, each followed by a checkpoint write)
-    against the single program train(key), one seed, default config otherwise."""
-    args = dqn_jax.Args(total_timesteps=total_timesteps, num_chunks=num_chunks)
+    against the single program train(key), one seed, CleanRL's config otherwise."""
+    args = dqn_jax.Args(total_timesteps=total_timesteps, num_chunks=num_chunks, **CLEANRL)
     algo = dqn_jax.make_algorithm(args)  # validates the flags
     iterations_per_chunk, chunks = dqn_jax.plan_chunks(algo.num_iterations, args.num_chunks)
     keys = jax.random.PRNGKey(0)[None]  # [S = 1]: a seed axis, as the CLI vmaps over the seeds

@@ -271,7 +271,8 @@ def compare_sweep(rounds: int, scratch: Path) -> dict[str, Any]:
 
 
 def compare_dqn(rounds: int) -> dict[str, Any]:
-    variants = {"vibe_rl": inprocess("dqn_jax", "num_envs=10")}
+    # dqn.py's config: its plain DQN and lr 2.5e-4 pinned, as dqn_jax's defaults now differ (Double DQN, 1e-4)
+    variants = {"vibe_rl": inprocess("dqn_jax", "num_envs=10", "double_dqn=False", "learning_rate=0.00025")}
     if purejaxrl_ready():
         variants["PureJaxRL"] = peer("purejaxrl_dqn.py", "--repeats", "2")
     return interleave(variants, rounds, "dqn")
