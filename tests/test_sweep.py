@@ -80,8 +80,8 @@ def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path
     (folder,) = tmp_path.glob("*__sweep__*")
     summary = json.loads((folder / "sweep.json").read_text())
     assert len(summary["configs"]) == 6
-    iqms = [c["iqm"] for c in summary["configs"]]
-    assert iqms == sorted(iqms, reverse=True)
+    ranks = [(-c["iqm"], -c["ci95"][0]) for c in summary["configs"]]  # a tie: the higher lower end first
+    assert ranks == sorted(ranks)
     for config in summary["configs"]:
         low, high = config["ci95"]
         assert min(config["final_returns"]) <= low <= config["iqm"] <= high <= max(config["final_returns"])

@@ -1567,14 +1567,14 @@ def write_sweep_summary(runs: list[Run]) -> None:
     folder = sweep_dir(args, runs[0].dirs[0].name.rsplit("__", 1)[1])
     folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
     every = range(0, len(runs[0].configs), args.num_seeds)
-    rows = sorted(
-        (configuration_results(run, first) for run in runs for first in every), key=lambda r: -r["iqm"]
-    )
+    rows = [configuration_results(run, first) for run in runs for first in every]
+    rows.sort(key=lambda r: (-r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0)))  # ties: the surer first
     first, last = args.seed, args.seed + args.num_seeds - 1
     warning = (
         f"The winner is picked on seeds {first}..{last}: re-evaluate it on fresh seeds before reporting it"
     )
     ranked_by = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI)"
+    ranked_by += "; a tie goes to the higher lower end of the interval"
     summary = {"env_id": args.env_id, "script": SCRIPT, "sweep": list(args.sweep), "seeds": args.num_seeds,
                "ranked_by": ranked_by, "winner": rows[0]["command"], "warning": warning}  # fmt: skip
     configs = [{k: v for k, v in row.items() if k != "curves"} for row in rows]
