@@ -208,3 +208,13 @@ def test_the_summary_statistics_are_benchmark_stats_ones():
     module, scores = load_script("ppo_jax_scan"), np.array([3.0, 1.0, 500.0, 7.0, 2.0, 9.0, 4.0])
     assert module.iqm(scores) == stats.iqm(scores)
     assert module.bootstrap(scores) == pytest.approx(stats.stratified_bootstrap_ci([scores]))
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+def test_every_script_sweeps_its_learning_rates_in_one_program(name):
+    module = load_script(name)
+    rates = ["policy_lr", "q_lr"] if name == "sac_jax" else ["learning_rate"]
+    args = module.Args(sweep=tuple(f"{rate}=1e-3,1e-4" for rate in rates))
+    configs = module.sweep_grid(args)
+    assert len(configs) == 2 ** len(rates) and {getattr(c, rates[0]) for c in configs} == {1e-3, 1e-4}
+    assert set(rates) <= set(module.Hyperparameters._fields)  # traced: one program for the grid
