@@ -341,7 +341,7 @@ def table(results: dict[str, Any]) -> str:
     if "sweep" in results:
         s = results["sweep"]
         sweep, eight = s["vibe_rl, sweep"]["train_s"], s["vibe_rl, 8 seeds"]["train_s"]
-        programs = {sample["programs"] for sample in s["vibe_rl, sweep"]["samples"]}
+        programs = ", ".join(sorted({str(sample["programs"]) for sample in s["vibe_rl, sweep"]["samples"]}))
         what = f"sweep of 4 learning rates x 2 seeds / 8 seeds of one, training time ({programs} program(s))"
         rows.append(
             row(what, f"{seconds(sweep)} / {seconds(eight)} = {ratio(sweep, eight)}x", "", "", "≤ 1.1")
