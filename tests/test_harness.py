@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any
 
 import sync_harness
@@ -135,3 +136,29 @@ def exit_of_main_or_none(module: Any, flags: list[str], monkeypatch: Any) -> Any
     except SystemExit as exit_info:
         return exit_info.code
     return None
+
+
+def test_on_an_accelerator_the_chunks_start_once_the_evaluation_has_compiled(tmp_path, monkeypatch, capsys):
+    """The evaluation compiles in a thread beside the chunk's compile. On an accelerator
+    (evaluation_first, forced here) the first chunk waits for it: a compile beside 0.1 s GPU chunks
+    slowed them 2-3x (docs/gpu.md). On the CPU it goes on beside the chunks."""
+    module = load_script("ppo_jax_scan")
+    assert not module.evaluation_first()  # JAX on the CPU
+    compile_evaluate, train_chunks = module.compile_evaluate, module.train_chunks
+    compiled_at_start = []
+
+    def slow_compile(run: Any, state: Any) -> Any:
+        time.sleep(3)  # longer than the tiny chunk's compile
+        return compile_evaluate(run, state)
+
+    def train(run: Any, chunk: Any, evaluate: Any, *rest: Any) -> Any:
+        compiled_at_start.append(evaluate.done())
+        return train_chunks(run, chunk, evaluate, *rest)
+
+    monkeypatch.setattr(module, "compile_evaluate", slow_compile)
+    monkeypatch.setattr(module, "train_chunks", train)
+    monkeypatch.setattr(module, "evaluation_first", lambda: True)
+    budget = [*TINY, "--total-timesteps", str(64 * 4), "--num-chunks", "2", "--output-dir", str(tmp_path)]
+    assert exit_of_main_or_none(module, budget, monkeypatch) is None
+    assert compiled_at_start == [True]
+    assert (only_run_dir(tmp_path) / "eval.json").is_file()

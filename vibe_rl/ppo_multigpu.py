@@ -889,6 +889,7 @@ import time
 import types
 import typing
 import warnings
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, fields, replace
 
@@ -910,12 +911,18 @@ class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
     terminated: jax.Array  # [N] bool: the MDP ended
     truncated: jax.Array  # [N] bool: the time limit cut the episode
     final_obs: jax.Array  # [N, *obs_shape] the observation reached (info["final_observation"])
+    achieved: jax.Array | None = None  # [N, A] where an episode ended, its achievements (Craftax's); else 0
 
 
 def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
     """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md, Brax)."""
     out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
     return EnvStep(*out[:5], out[5]["final_observation"])
+
+
+def reset_each(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes, each from gymnax's reset."""
+    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
 
 
 class EnvSpec(NamedTuple):  # an environment, and what the networks and the harness need to know of it
@@ -928,7 +935,11 @@ class EnvSpec(NamedTuple):  # an environment, and what the networks and the harn
     action_high: np.ndarray  # [A]
     binary_obs: bool = False  # every observation entry is 0 or 1 (MinAtar's channels), so uint8 holds it
     step: Callable[..., EnvStep] = reset_every_step  # (spec, keys [N, 2], state, action) -> N envs' step
-    render: Callable[[Any, int, Path], None] | None = None  # (states [T_max], length, folder) writes a video
+    render: Callable[[Any, int, Path], None] | None = None  # (states [T], length, folder) writes a video
+    reset: Callable[..., tuple[jax.Array, Any]] = reset_each  # (spec, key, N) -> obs [N, ...], state [N]
+    achievements: tuple[str, ...] = ()  # A: the names of the achievements an episode may unlock (Craftax)
+    achieved: Callable[[Any], jax.Array] | None = None  # one env's state -> [A] 1.0 where achieved
+    max_return: float = math.nan  # the return of every achievement: the score's 100% (Craftax)
 
 
 def make_env(env_id: str) -> EnvSpec:
@@ -994,20 +1005,155 @@ def brax_suite(name: str) -> EnvSpec:
     return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
 
 
+CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
+
+
+def craftax_suite(name: str) -> EnvSpec:
+    """Craftax (Matthews et al. 2024) as a gymnax env, built on its NoAutoReset env, whose done folds the
+    time limit into death: the adapter splits them. Episodes start from a pool of fresh worlds (Pooled)."""
+    require(importlib.util.find_spec("craftax"), "Craftax is not installed: pip install craftax==1.6.1")
+    valid = ", ".join(f"craftax/{n}" for n in CRAFTAX_IDS)
+    require(name in CRAFTAX_IDS, f"--env-id craftax/{name} is not a Craftax environment; valid: {valid}")
+    from craftax.craftax_env import make_craftax_env_from_name
+    from flax import struct
+    from gymnax.environments import environment, spaces
+
+    raw = make_craftax_env_from_name(name, auto_reset=False)
+    game = importlib.import_module(
+        f"craftax.{'craftax_classic' if 'Classic' in name else 'craftax'}.constants"
+    )
+    rewards = getattr(game, "ACHIEVEMENT_REWARD_MAP", np.ones(len(game.Achievement)))  # Classic's: 1 each
+    no_time_limit = raw.default_params.replace(max_timesteps=2**31 - 1)  # its game-over test, death alone
+
+    @struct.dataclass
+    class CraftaxState(environment.EnvState):
+        craftax: Any  # Craftax's EnvState: the world, the player, its achievements
+
+    @struct.dataclass
+    class CraftaxParams(environment.EnvParams):
+        craftax: Any = None  # Craftax's EnvParams
+
+    class CraftaxEnv(environment.Environment):
+        action_space = lambda self, params: spaces.Discrete(raw.num_actions)
+        observation_space = lambda self, params: spaces.Box(
+            0.0, 1.0, raw.observation_space(params.craftax).shape
+        )
+
+        def reset_env(self, key: jax.Array, params: CraftaxParams) -> tuple[jax.Array, CraftaxState]:
+            obs, state = raw.reset_env(key, params.craftax)
+            return obs, CraftaxState(time=state.timestep, craftax=state)
+
+        def step_env(self, key: jax.Array, state: CraftaxState, action: jax.Array, params: Any) -> tuple:
+            obs, craftax, reward, _, _ = raw.step_env(key, state.craftax, action, params.craftax)
+            terminated = raw.is_terminal(craftax, no_time_limit)  # death, lava or the beaten boss
+            return obs, CraftaxState(time=craftax.timestep, craftax=craftax), reward, terminated, {}
+
+    params = CraftaxParams(max_steps_in_episode=raw.default_params.max_timesteps, craftax=raw.default_params)
+    names = tuple(a.name.lower() for a in game.Achievement)
+    achieved = lambda state: state.craftax.achievements.astype(jnp.float32)  # [A]
+    pooled = {"step": step_from_pool, "reset": reset_pool}
+    score = {"achievements": names, "achieved": achieved, "max_return": float(np.sum(rewards))}
+    return env_spec(CraftaxEnv(), params, **pooled, **score, render=draw_craftax(name))
+
+
 # The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
 # adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe).
-ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {"": gymnax_suite, "brax/": brax_suite}
+ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {
+    "": gymnax_suite,
+    "brax/": brax_suite,
+    "craftax/": craftax_suite,
+}
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
 
 def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
     """num_envs fresh episodes: obs [N, *obs_shape], the envs' state [N]."""
-    return jax.vmap(spec.env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+    return spec.reset(spec, key, num_envs)
 
 
 def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
     """One step of N envs (keys [N, 2]; state, action [N, ...]), each reset where its episode ended."""
     return spec.step(spec, keys, state, action)
+
+
+# Where a reset costs much more than a step (Craftax generates a world: docs/benchmarks.md, Craftax), the
+# episodes start from a pool of fresh starts generated ahead, in batches: each start serves one episode.
+class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts their next episodes take
+    env: Any  # [N] the running episodes' states
+    start_obs: jax.Array  # [N, *obs_shape] the pool: fresh starts, one slot each, refilled in batches
+    start: Any  # [N] their states
+    fresh: jax.Array  # [N] bool: the slot holds a start no episode has taken
+    clock: jax.Array  # [N] int32 steps since the reset, the same in every env: it times the refills
+    dry_starts: jax.Array  # [N] int32 episodes begun from a taken start, the pool being empty (counted)
+    ended: jax.Array  # [N] int32 episodes ended since the harness last read them (the logs)
+    achieved: jax.Array  # [N, A] float32 their achievements, summed
+
+
+POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
+# steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
+
+
+def reset_pool(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Pooled]:
+    """num_envs fresh episodes, and a full pool of num_envs more starts."""
+    episodes, pool = jax.random.split(key)
+    obs, env = reset_each(spec, episodes, num_envs)
+    start_obs, start = reset_each(spec, pool, num_envs)
+    zeros = jnp.zeros(num_envs, jnp.int32)
+    achieved = jnp.zeros((num_envs, len(spec.achievements)))
+    return obs, Pooled(env, start_obs, start, jnp.ones(num_envs, bool), zeros, zeros, zeros, achieved)
+
+
+def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Array) -> EnvStep:
+    """N envs' step without gymnax's reset of every env: an ended episode's env takes the pool's first
+    untaken start (ended envs in order); when none is left it takes a used one (Pooled.dry_starts)."""
+    num_envs, env, params = len(state.fresh), spec.env, spec.params
+    step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+    final_obs, stepped, reward, terminated, _ = step(keys, state.env, action, params)
+    truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(stepped, params) & ~terminated
+    done = terminated | truncated  # [N]
+    rank, untaken = jnp.cumsum(done) - 1, state.fresh.sum()  # [N] the order of the ended envs
+    slots = jnp.argsort(~state.fresh, stable=True)  # [N] the untaken slots first, then the taken ones
+    slot = jnp.where(done, slots[jnp.maximum(rank, 0)], num_envs)  # [N] the slot an ended env takes; N: none
+    where_done = lambda new, old: jnp.where(
+        done.reshape(-1, *[1] * (old.ndim - 1)), new[slot % num_envs], old
+    )
+    achieved = jax.vmap(spec.achieved)(stepped) * done[:, None] if spec.achieved else state.achieved  # [N, A]
+    pool = (state.start_obs, state.start, state.fresh.at[slot].set(False, mode="drop"))
+    due = (state.clock + 1) % POOL_REFILL_EVERY == 0  # [N], all the same
+    refill_key = jax.random.fold_in(keys[0], 1)  # keys[0] itself steps env 0
+    start_obs, start, fresh = refill_pool(spec, due[0], refill_key, pool)
+    pooled = Pooled(jax.tree.map(where_done, state.start, stepped), start_obs, start, fresh, state.clock + 1,
+                    state.dry_starts + (done & (rank >= untaken)), state.ended + done,
+                    state.achieved + achieved if spec.achieved else state.achieved)  # fmt: skip
+    obs = where_done(state.start_obs, final_obs)
+    return EnvStep(obs, pooled, reward, terminated, truncated, final_obs, achieved if spec.achieved else None)
+
+
+def refill_pool(spec: EnvSpec, due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
+    """The pool (start_obs, start, fresh) with N/8 new starts in its first taken slots when due: a real
+    branch, also when the runs are vmapped, since they step in lockstep and their clocks agree."""
+
+    def fill(key: jax.Array, pool: tuple) -> tuple:
+        start_obs, start, fresh = pool
+        size = max(1, len(fresh) // 8)
+        slots = jnp.nonzero(~fresh, size=size, fill_value=len(fresh))[0]  # past the end: dropped
+        new_obs, new = reset_each(spec, key, size)
+        put = lambda old, new: old.at[slots].set(new, mode="drop")
+        return put(start_obs, new_obs), jax.tree.map(put, start, new), fresh.at[slots].set(True, mode="drop")
+
+    @jax.custom_batching.custom_vmap
+    def maybe_fill(due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
+        return jax.lax.cond(due, fill, lambda key, pool: pool, key, pool)
+
+    @maybe_fill.def_vmap
+    def every_run(size: int, batched: list, due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
+        whole = lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape))
+        key, pool = jax.tree.map(whole, (key, pool), tuple(batched[1:]))
+        due = due.any() if batched[0] else due  # the runs' clocks agree: any is each one's own
+        pool = jax.lax.cond(due, jax.vmap(fill), lambda key, pool: pool, key, pool)
+        return pool, jax.tree.map(lambda _: True, pool)
+
+    return maybe_fill(due, key, pool)
 
 
 class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
@@ -1235,7 +1381,7 @@ def plan_run(configs: list[Args], seeds: list[int]) -> Run:
     args, runs = configs[0], len(configs) * len(seeds)
     total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
     require(total < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 env steps per seed")
-    drawn = "classic-control, MinAtar and Brax envs"  # the suites with a renderer (EnvSpec.render)
+    drawn = "classic-control, MinAtar, Brax and Craftax envs"  # the suites with a renderer (EnvSpec.render)
     require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
     if (mesh := algo.mesh) is None:  # the fewest devices that spread the runs most evenly
         per_device = math.ceil(runs / min(runs, jax.device_count()))
@@ -1398,11 +1544,11 @@ def state_shapes(run: Run) -> Any:  # every run's state, leaves [slots, ...] (ja
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype), one)
 
 
-def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and out, and the video's states
-    E, T_max = run.args.eval_episodes, run.algo.env.params.max_steps_in_episode
+def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and out
+    E = run.args.eval_episodes
     episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
-    shape = lambda n: lambda x: jax.ShapeDtypeStruct((run.slots, n, *x.shape[1:]), x.dtype)
-    return [jax.tree.map(shape(n), episodes) for n in (E, E, T_max)]
+    shape = lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype)
+    return [jax.tree.map(shape, episodes)] * 2
 
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
@@ -1432,15 +1578,35 @@ def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> 
     """per_chunk iterations of one seed from iteration `first`, their logged metrics [per_chunk] each; those
     past the end (last chunk) are skipped, their metrics NaN. first is not batched over seeds, so the skip
     stays a real branch. Logged is known without tracing the iteration twice (eval_shape would)."""
-    Logged = NamedTuple("Logged", [(name, jax.Array) for name in algo.metric_tags])  # each float32 []
+    Logged = NamedTuple("Logged", [(name, jax.Array) for name in logged_tags(algo)])  # each float32 []
 
     def iterate(s: Any, index: jax.Array) -> tuple[Any, Any]:
         s, metrics = algo.iteration(s, index)
+        if algo.env.achievements:  # the episodes that ended in the iteration, counted by the pool
+            pooled, metrics = s.env_state, achievement_metrics(algo.env, s.env_state, metrics)
+            s = s._replace(env_state=pooled._replace(ended=0 * pooled.ended, achieved=0 * pooled.achieved))
         return s, Logged(*(jnp.asarray(getattr(metrics, name), jnp.float32) for name in Logged._fields))
 
     skip = lambda s, index: (s, Logged(*[jnp.float32(jnp.nan)] * len(Logged._fields)))
     maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
     return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
+
+
+ACHIEVEMENT_TAGS = {"achievements": "craftax/achievements", "score_percent": "craftax/score_percent",
+                    "dry_starts": "craftax/dry_starts"}  # fmt: skip
+logged_tags = lambda algo: algo.metric_tags | (ACHIEVEMENT_TAGS if algo.env.achievements else {})
+
+
+def achievement_metrics(spec: EnvSpec, pooled: Pooled, metrics: Any) -> Any:
+    """metrics with Craftax's: the mean number of achievements of the episodes that ended and the score
+    (the mean return's share of the maximum return, in %), each NaN where none ended; the dry starts."""
+    ended = pooled.ended.sum()
+    achievements = jnp.where(ended > 0, pooled.achieved.sum() / jnp.maximum(ended, 1), jnp.nan)
+    score = 100 * metrics.episodic_return / spec.max_return
+    dry = pooled.dry_starts.sum()  # since the start: episodes begun from a used world (the pool ran dry)
+    return types.SimpleNamespace(
+        **metrics._asdict(), achievements=achievements, score_percent=score, dry_starts=dry
+    )
 
 
 def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
@@ -1478,7 +1644,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
     check, logs, checkpoints, evaluations, progress). On a stop signal it dispatches no more, writes out the
     chunk done and exits. It never exits while a chunk computes: Python's teardown under it can crash."""
     algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
-    per_iteration, tags, num_runs = algo.env_steps_per_iteration, algo.metric_tags.items(), len(run.seeds)
+    per_iteration, tags, num_runs = algo.env_steps_per_iteration, logged_tags(algo).items(), len(run.seeds)
     total, at_start = algo.num_iterations * per_iteration, done * per_iteration
     finished = done == algo.num_iterations
     loggers = [RunLogger(d, run.args, at_start, finished) for d in run.dirs] if is_main_process() else []
@@ -1607,28 +1773,37 @@ class Evaluation(NamedTuple):  # E evaluation episodes: the carry of their scan,
     running: jax.Array  # [E] bool: the episode has not ended yet
     key: jax.Array
     policy: Any  # act's carry (a recurrent policy's hidden state), or None
-    first_episode: Any = None  # gymnax EnvState [T_max]: episode 0's states, for the video (the result's)
+    achieved: jax.Array  # [E, A] each episode's achievements (Craftax's; A is 0 elsewhere)
+    first_episode: Any = None  # gymnax EnvState [T]: episode 0's states, for the video (with record=T)
 
 
-def evaluate_episodes(algo: Algorithm, num_episodes: int, model: Any, key: jax.Array) -> Evaluation:
-    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end."""
+def evaluate_episodes(
+    algo: Algorithm, num_episodes: int, model: Any, key: jax.Array, record: int = 0
+) -> Evaluation:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end; with
+    record=T, the same episodes' first T steps, episode 0's states kept (the video's)."""
     spec, (reset_key, key) = algo.env, jax.random.split(key)
     obs, env_state = reset_envs(spec, reset_key, num_episodes)
     zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
-    running = jnp.ones(num_episodes, bool)
-    carry = Evaluation(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy)
+    running, achieved = jnp.ones(num_episodes, bool), jnp.zeros((num_episodes, len(spec.achievements)))
+    carry = Evaluation(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy, achieved)
 
-    def eval_step(c: Evaluation, _: None) -> tuple[Evaluation, Any]:
+    def eval_step(c: Evaluation, _: Any = None) -> tuple[Evaluation, Any]:
         key, step_key = jax.random.split(c.key)
         action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
         out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
-        running = c.running & ~(out.terminated | out.truncated)
+        ended = c.running & (out.terminated | out.truncated)
         returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
-        first_episode = seed_slice(c.env_state, 0)  # episode 0's state, for the video
-        return Evaluation(out.state, out.obs, returns, lengths, running, key, policy), first_episode
+        achieved = jnp.where(ended[:, None], out.achieved, c.achieved) if spec.achievements else c.achieved
+        first_episode = seed_slice(c.env_state.env if isinstance(c.env_state, Pooled) else c.env_state, 0)
+        c = Evaluation(out.state, out.obs, returns, lengths, c.running & ~ended, key, policy, achieved)
+        return c, first_episode
 
-    carry, first_episode = jax.lax.scan(eval_step, carry, None, spec.params.max_steps_in_episode)
-    return carry._replace(first_episode=first_episode)
+    if record:
+        carry, first_episode = jax.lax.scan(eval_step, carry, None, record)
+        return carry._replace(first_episode=first_episode)
+    # until every episode has ended (each does by its time limit): Craftax's is 100,000 steps
+    return jax.lax.while_loop(lambda c: c.running.any(), lambda c: eval_step(c)[0], carry)
 
 
 def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
@@ -1644,10 +1819,20 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future,
         sys.exit(cannot_evaluate(evaluate.exception(), step))
     result = to_host(evaluate.result()(state) if evaluation is None else evaluation)
     models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
+    if args.capture_video:  # episode 0 again, its states kept: as long as the longest seed's
+        key, longest = jax.random.PRNGKey(EVAL_SEED), int(result.lengths[:, 0].max())
+        record = lambda s: (
+            evaluate_episodes(algo, args.eval_episodes, algo.model(s), key, longest).first_episode
+        )
+        videos = to_host(seeds_program(record, (state,), RUNS_ONCE)(state))
     for i, (run_dir, config, seed, logger) in enumerate(
         zip(run.dirs, run.configs, run.seeds, loggers, strict=False)
     ):
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
+        if algo.env.achievements:  # Craftax's score: the mean return's share of the maximum, in %
+            rates = result.achieved[i].mean(0)  # [A] the episodes that unlocked each
+            summary["score_percent"] = 100 * summary["mean"] / algo.env.max_return
+            summary["achievements"] = dict(zip(algo.env.achievements, rates.tolist(), strict=True))
         logger.close()
         points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
         curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
@@ -1662,7 +1847,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future,
             write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
         if args.capture_video:
             (run_dir / "videos").mkdir(exist_ok=True)
-            algo.env.render(seed_slice(result.first_episode, i), summary["lengths"][0], run_dir / "videos")
+            algo.env.render(seed_slice(videos, i), summary["lengths"][0], run_dir / "videos")
         mean, std = summary["mean"], summary["std"]
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
 
@@ -1697,8 +1882,6 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
 
 def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, folder: Path) -> None:
     """videos/eval.gif: a MinAtar grid, or gymnasium's classic-control renderer (pygame), at each state."""
-    from PIL import Image
-
     states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), episode) for t in range(length)]
     if env_id.endswith("MinAtar"):
         import matplotlib
@@ -1723,11 +1906,32 @@ def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, f
                 gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
             frames.append(gym_env.render())
         gym_env.close()
+    save_gif(frames, folder)
+
+
+def save_gif(frames: list[np.ndarray], folder: Path) -> None:  # videos/eval.gif from frames [H, W, 3] uint8
+    from PIL import Image
+
     # one palette for every frame: PIL would search one per frame, seconds per video
     sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
     palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
     images[0].save(folder / "eval.gif", save_all=True, append_images=images[1:], duration=1000 // 30, loop=0)
+
+
+def draw_craftax(name: str) -> Callable[[Any, int, Path], None]:
+    def draw(episode: Any, length: int, folder: Path) -> None:  # videos/eval.gif, with Craftax's renderer
+        game = f"craftax.{'craftax_classic' if 'Classic' in name else 'craftax'}"
+        renderer, constants = (importlib.import_module(f"{game}.{m}") for m in ("renderer", "constants"))
+        size = constants.BLOCK_PIXEL_SIZE_IMG
+        # its textures at one size, from the wheel's images (load_all_textures writes a cache into the wheel)
+        renderer.load_all_textures = lambda: {size: constants.load_all_textures_given_size(size)}
+        render = renderer.make_craftax_pixel_renderer(size)
+        states = jax.tree.map(lambda x: x[:length], episode.craftax)
+        frames = jax.jit(lambda s: jax.lax.map(render, s, batch_size=64))(states)  # [T, H, W, 3] in 0..255
+        save_gif(list(np.asarray(frames).clip(0, 255).astype(np.uint8)), folder)
+
+    return draw
 
 
 def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # videos/eval.html, its viewer
@@ -1944,12 +2148,19 @@ def train_all(runs: list[Run], state: Any, done: int, stop: list[int]) -> None:
         write_sweep_summary(runs)
 
 
+evaluation_first = lambda: jax.default_backend() != "cpu"  # the chunks wait for the evaluation's compile
+
+
 def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> None:
-    """One program's chunks, then its runs' outputs; the evaluation compiles, and the plot's matplotlib
-    imports, in a thread while the chunks run."""
+    """One program's chunks, then its runs' outputs. The evaluation compiles in a thread beside the chunk's
+    compile (XLA compiles on one core); on a CPU it may go on beside the chunks, on an accelerator the
+    chunks wait for it: there a chunk can take 0.1 s, and the compile beside it slowed the first ones
+    2-3x (docs/gpu.md). The plot's matplotlib imports in the thread too."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        chunk = compile_chunk(run, state)
         evaluate = pool.submit(compile_evaluate, run, state)
+        chunk = compile_chunk(run, state)
+        if evaluation_first():
+            futures.wait([evaluate])
         pool.submit(importlib.import_module, "matplotlib.figure")
         state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
     finish_run(run, state, loggers, evaluate, evaluation)
