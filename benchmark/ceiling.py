@@ -5,6 +5,19 @@ of parallel envs on the same machine; the benchmarks report training steps/s as 
 fraction of it.
 
     python -m benchmark.ceiling --env-id CartPole-v1 --num-envs 4
+
+For an env whose reset costs far more than a step (Craftax generates a world), --resets compares how
+the episodes restart, each as steps/s and as a share of stepping with no reset at all:
+- none: the envs step on, never reset (the ceiling; an ended episode keeps stepping);
+- pool: the harness's (step_from_pool): fresh starts generated ahead, N/8 every 16 steps;
+- optimistic: Craftax_Baselines' scheme, N/16 new starts a step shared out among the envs that
+  ended, a start duplicated when more end at once (re-implemented here for the comparison);
+- every (with --every: it is 20-60x slower on Craftax): gymnax's auto-reset, a new start computed for
+  every env at every step.
+It also counts, per 1,000 episodes, those that began from a start another episode had (the pool's
+dry starts, the optimistic reset's duplicates).
+
+    python -m benchmark.ceiling --env-id craftax/Craftax-Classic-Symbolic-v1 --num-envs 256 --resets
 """
 
 from __future__ import annotations
@@ -80,12 +93,95 @@ def ceiling_sps(env_id: str, num_envs: int, num_steps: int = 20_000, repeats: in
     return num_envs * num_steps / best_time(lambda: rollout(key), repeats)
 
 
+def reset_schemes(
+    env_id: str, num_envs: int, num_steps: int, repeats: int, every: bool
+) -> list[dict[str, Any]]:
+    """For each way of restarting episodes: steps/s of random actions, episodes ended, starts reused."""
+    from vibe_rl import ppo_jax_scan as h  # the harness's adapter and pool
+
+    spec = h.make_env(env_id)
+    env, params = spec.env, spec.params
+    step_env = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+    truncated = jax.vmap(env.is_truncated, in_axes=(0, None))
+    optimistic_starts = max(1, num_envs // 16)
+
+    def none(state, keys, actions):  # -> (state, ended [N], reused [N])
+        _, stepped, _, terminated, _ = step_env(keys, state.env, actions, params)
+        done = terminated | truncated(stepped, params)
+        return state._replace(env=stepped), done, jnp.zeros_like(done)
+
+    def pool(state, keys, actions):
+        step = h.step_envs(spec, keys, state, actions)
+        return step.state, step.terminated | step.truncated, step.state.dry_starts > state.dry_starts
+
+    def every_step(state, keys, actions):
+        step = h.reset_every_step(spec, keys, state.env, actions)
+        return state._replace(env=step.state), step.terminated | step.truncated, jnp.zeros(num_envs, bool)
+
+    def optimistic(state, keys, actions):
+        _, stepped, _, terminated, _ = step_env(keys, state.env, actions, params)
+        done = terminated | truncated(stepped, params)
+        _, starts = h.reset_each(spec, keys[0], optimistic_starts)  # [R]
+        rank = jnp.cumsum(done) - 1  # an ended env takes start rank % R: duplicated past R
+        new = jax.tree.map(lambda x: x[rank % optimistic_starts], starts)
+        select = lambda a, b: jnp.where(done.reshape(-1, *[1] * (a.ndim - 1)), a, b)
+        return (
+            state._replace(env=jax.tree.map(select, new, stepped)),
+            done,
+            done & (rank >= optimistic_starts),
+        )
+
+    rows = []
+    schemes = {"none": none, "pool": pool, "optimistic": optimistic} | (
+        {"every": every_step} if every else {}
+    )
+    for name, scheme in schemes.items():
+
+        def rollout(key: jax.Array, scheme=scheme) -> tuple[jax.Array, jax.Array]:
+            _, state = h.reset_envs(spec, key, num_envs)
+
+            def step(carry, key):
+                state, ended, reused = carry
+                action_key, step_key = jax.random.split(key)
+                actions = jax.random.randint(action_key, (num_envs,), 0, spec.action_dim)
+                state, done, again = scheme(state, jax.random.split(step_key, num_envs), actions)
+                return (state, ended + done.sum(), reused + again.sum()), None
+
+            zero = jnp.int32(0)
+            return jax.lax.scan(step, (state, zero, zero), jax.random.split(key, num_steps))[0][1:]
+
+        program, key = jax.jit(rollout), jax.random.PRNGKey(0)
+        seconds = best_time(lambda program=program, key=key: program(key), repeats)
+        ended, reused = (int(x) for x in program(key))
+        rows.append(
+            {"scheme": name, "sps": num_envs * num_steps / seconds, "episodes": ended, "reused": reused}
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--num-steps", type=int, default=20_000)
+    parser.add_argument("--resets", action="store_true", help="compare the ways episodes restart (Craftax)")
+    parser.add_argument(
+        "--every", action="store_true", help="with --resets: gymnax's reset at every step too"
+    )
     args = parser.parse_args()
+    if args.resets:
+        rows = reset_schemes(args.env_id, args.num_envs, args.num_steps, 3, args.every)
+        for row in rows:
+            share, per_1000 = row["sps"] / rows[0]["sps"], 1000 * row["reused"] / max(row["episodes"], 1)
+            reused = (
+                f"{per_1000:.0f} per 1,000 episodes began from a used start"
+                if row["scheme"] != "none"
+                else ""
+            )
+            where = f"{args.env_id}, {args.num_envs} envs, {row['scheme']:>10}"
+            print(f"{where}: {row['sps']:>10,.0f} env steps/s ({share:.0%} of none); "
+                  f"{row['episodes']:,} episodes ended; {reused}")  # fmt: skip
+        return
     sps = ceiling_sps(args.env_id, args.num_envs, args.num_steps)
     print(f"{args.env_id}, {args.num_envs} envs: {sps:,.0f} env steps/s (random actions, compiled scan)")
 

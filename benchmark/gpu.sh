@@ -16,7 +16,8 @@
 # own packages are used. A smoke run with GPU_INSTALL=1 and a Python 3.12 venv holding jax 0.11.2
 # and the GPU image's other packages checks the wheels install and import (docs/gpu.md).
 #
-# Steps, run in this order: a, e, i, k, c, h, b, d, f, g, j (GPU_STEPS=a,b,... picks some; default all):
+# Steps, run in this order: a, e, i, k, c, h, b, d, f, g, j, l, n, m (GPU_STEPS=a,b,... picks some;
+# default all):
 #   a  device check, wheel install, import check
 #   e  pqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 500k steps
 #   i  dqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 200k steps
@@ -30,6 +31,12 @@
 #   g  ppo_multigpu (replicated, then --fsdp) at 2048 envs, step c's 2048-env config, one GPU
 #   j  the evaluation compiled in a thread beside the chunks (the scripts) against compiled before
 #      them (a patched copy), CartPole 2048 envs, whole process with an empty cache, interleaved
+#   l  Craftax-1M: ppo_jax_scan and ppo_rnn_jax on craftax/Craftax-Symbolic-v1, 5 seeds each, the
+#      suite's 1M entries, then Craftax_Baselines' ppo.py and ppo_rnn.py at the same config, 5 repeats
+#   n  Craftax-Symbolic-v1 for 10M steps at Craftax_Baselines' default config (1024 envs x 64
+#      steps), ppo_jax_scan and ppo_rnn_jax, one seed each, then Craftax_Baselines' ppo.py
+#   m  a sweep of 16 configurations x 4 seeds of PPO-CNN on Breakout-MinAtar (1M steps a run),
+#      against one run of one configuration and one seed (64 single runs' estimate: 64 x its time)
 # The Breakout steps (e, i, k) give the wall time to the suite's bar: the progress lines with an
 # evaluation are kept in summary.txt, each with the seconds since training began.
 #
@@ -62,6 +69,9 @@ mkdir -p "$RUNS/logs"
 if [ -d .peers/purejaxrl ]; then
     export VIBE_RL_PUREJAXRL_DIR=${VIBE_RL_PUREJAXRL_DIR:-$PWD/.peers/purejaxrl}
 fi
+if [ -d .peers/craftax_baselines ]; then
+    export VIBE_RL_CRAFTAX_BASELINES_DIR=${VIBE_RL_CRAFTAX_BASELINES_DIR:-$PWD/.peers/craftax_baselines}
+fi
 
 # Our scripts see PYTHONPATH=$SITE (after the install), PureJaxRL's runner $PEERS_SITE:$SITE
 # (gymnax 0.0.9 first; distrax, tfp and gymnasium from $SITE).
@@ -89,6 +99,8 @@ if [ "$SMOKE" = 1 ]; then
     EPQN=1024; EDQN=8000; ECNN=8192           # an evaluation every half of the budget
     BRAX_ENVS=64; TBRAX=20480                 # 64 envs x 160 steps, two iterations
     BRAX_OWN=(--batch-size 32 --num-minibatches 4)  # Brax's: 8 training steps of 64 envs x 40
+    TCRAFTAX=8192; TCRAFTAX10=131072           # 2 updates of 256 x 16; 2 of 1024 x 64
+    TSWEEP=8192                                # 1 update of 64 x 128 a run
     SCALE=${GPU_TIMEOUT_SCALE:-6}             # timeouts x6: the 2-core CPU compiles slowly
 else
     CEIL_STEPS=20000                          # benchmark.ceiling's default
@@ -102,6 +114,8 @@ else
     TCNN=${GPU_TCNN:-10000000}; ECNN=2000000  # the suite's PPO Breakout-MinAtar budget
     BRAX_ENVS=2048; TBRAX=${GPU_TBRAX:-2621440}   # 8 iterations of Brax's hopper config, 2048 x 160
     BRAX_OWN=()                               # brax_train.py's hopper config as it is
+    TCRAFTAX=1000000; TCRAFTAX10=10000000     # Craftax-1M; 10M
+    TSWEEP=${GPU_TSWEEP:-1000000}
     SCALE=${GPU_TIMEOUT_SCALE:-1}
 fi
 
@@ -302,6 +316,41 @@ PATCH
         done
     done
 fi
+
+# ------------------------------------------------ l: Craftax-1M, ours and Craftax_Baselines --
+# The suite's Craftax-1M entries (benchmark/suite.toml): the paper's 1M config, 256 envs x 16 steps,
+# lr 3e-4, and Craftax_Baselines' values for the rest. Their files at the same config: 5 repeats
+# (their jit(vmap(train)) over 5 keys), as our 5 seeds are one program.
+CRAFTAX_1M="--env-id craftax/Craftax-Symbolic-v1 --num-envs 256 --num-steps 16 --learning-rate 3e-4
+    --num-minibatches 8 --update-epochs 4 --gae-lambda 0.8 --max-grad-norm 1.0 --ent-coef 0.01 --hidden-size 512"
+run_step l craftax1m_ppo 240 ours "$PY" vibe_rl/ppo_jax_scan.py $CRAFTAX_1M --total-timesteps "$TCRAFTAX" \
+    --num-seeds 5 --output-dir "$RUNS" --exp-name craftax1m_ppo
+run_step l craftax1m_ppo_rnn 240 ours "$PY" vibe_rl/ppo_rnn_jax.py $CRAFTAX_1M --total-timesteps "$TCRAFTAX" \
+    --num-seeds 5 --output-dir "$RUNS" --exp-name craftax1m_ppo_rnn
+for rnn in "" --rnn; do
+    VIBE_RL_PEERS_PYTHON=$PY run_step l "craftax_baselines_1m${rnn:+_rnn}" 240 ours "$PY" \
+        benchmark/peers/craftax_baselines.py --env-name Craftax-Symbolic-v1 --total-timesteps "$TCRAFTAX" \
+        --num-envs 256 --seeds 1 --num-repeats 5 $rnn -- --num_steps 16 --lr 3e-4
+done
+
+# ------------------------------------------------------------- n: Craftax-Symbolic-v1, 10M --
+CRAFTAX_10M="--env-id craftax/Craftax-Symbolic-v1 --num-envs 1024 --num-steps 64 --learning-rate 2e-4
+    --num-minibatches 8 --update-epochs 4 --gae-lambda 0.8 --max-grad-norm 1.0 --ent-coef 0.01 --hidden-size 512"
+run_step n craftax10m_ppo 240 ours "$PY" vibe_rl/ppo_jax_scan.py $CRAFTAX_10M --total-timesteps "$TCRAFTAX10" \
+    --output-dir "$RUNS" --exp-name craftax10m_ppo
+run_step n craftax10m_ppo_rnn 240 ours "$PY" vibe_rl/ppo_rnn_jax.py $CRAFTAX_10M --total-timesteps "$TCRAFTAX10" \
+    --output-dir "$RUNS" --exp-name craftax10m_ppo_rnn
+VIBE_RL_PEERS_PYTHON=$PY run_step n craftax_baselines_10m 240 ours "$PY" benchmark/peers/craftax_baselines.py \
+    --env-name Craftax-Symbolic-v1 --total-timesteps "$TCRAFTAX10" --num-envs 1024 --seeds 1
+
+# ---------------------------------------------- m: a sweep, PPO-CNN on Breakout-MinAtar --
+BREAKOUT_CNN="--env-id Breakout-MinAtar --num-envs 64 --num-steps 128 --num-minibatches 8 --network cnn
+    --hidden-size 128 --total-timesteps $TSWEEP"
+run_step m sweep_16x4 240 ours "$PY" vibe_rl/ppo_jax_scan.py $BREAKOUT_CNN --num-seeds 4 \
+    --sweep learning-rate=3e-4,1e-3 ent-coef=0.01,0.02 clip-coef=0.1,0.2 gae-lambda=0.9,0.95 \
+    --output-dir "$RUNS" --exp-name sweep_16x4
+run_step m sweep_one_run 120 ours "$PY" vibe_rl/ppo_jax_scan.py $BREAKOUT_CNN --learning-rate 1e-3 \
+    --ent-coef 0.02 --output-dir "$RUNS" --exp-name sweep_one_run
 
 # ------------------------------------------------------------------------------ the end --
 # The run directories' small files (no TensorBoard events, no checkpoints) come back too.

@@ -6,8 +6,10 @@
 #                  runner import and the GPU image lacks, at the versions of this venv
 #   .whl-peers/    gymnax 0.0.9 (PureJaxRL's 5-value env.step), installed into its own target
 #   .peers/purejaxrl/purejaxrl/{ppo,wrappers}.py   from the PureJaxRL checkout
+#   .peers/craftax_baselines/   Craftax_Baselines' ppo.py, ppo_rnn.py, wrappers.py, models/, logz/
 #
-#   PYTHON=/work/venv/bin/python VIBE_RL_PUREJAXRL_DIR=/work/purejaxrl bash benchmark/gpu_wheels.sh
+#   PYTHON=/work/venv/bin/python VIBE_RL_PUREJAXRL_DIR=/work/purejaxrl \
+#       VIBE_RL_CRAFTAX_BASELINES_DIR=/work/craftax_baselines bash benchmark/gpu_wheels.sh
 #
 # Then carry them: the device tool's run with carry [".whl", ".whl-peers", ".peers"] and
 # `OUT=$OUT bash benchmark/gpu.sh`. About 43 MB (mujoco-core and mujoco-studio are 22 of them).
@@ -22,9 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 : "${VIBE_RL_PUREJAXRL_DIR:?set VIBE_RL_PUREJAXRL_DIR to a PureJaxRL checkout (benchmark/peers/README.md)}"
+: "${VIBE_RL_CRAFTAX_BASELINES_DIR:?set VIBE_RL_CRAFTAX_BASELINES_DIR to a Craftax_Baselines checkout (benchmark/peers/README.md)}"
 CARRY="brax mujoco mujoco-core mujoco-studio mujoco-mjx glfw pyopengl websockets jaxopt ml-collections
     trimesh flask flask-cors blinker itsdangerous distrax tfp-nightly decorator gast dm-tree gymnax
-    gymnasium farama-notifications tyro docstring-parser typeguard tensorboardx crc32c"
+    gymnasium farama-notifications tyro docstring-parser typeguard tensorboardx crc32c craftax imageio"
 
 for folder in .whl .whl-peers .peers; do
     grep -qx "/$folder/" .git/info/exclude 2>/dev/null || echo "/$folder/" >>.git/info/exclude
@@ -51,4 +54,6 @@ mkdir -p .peers/purejaxrl/purejaxrl
 for file in ppo.py wrappers.py; do
     cp "$VIBE_RL_PUREJAXRL_DIR/purejaxrl/$file" .peers/purejaxrl/purejaxrl/
 done
+mkdir -p .peers/craftax_baselines
+(cd "$VIBE_RL_CRAFTAX_BASELINES_DIR" && cp -r ppo.py ppo_rnn.py wrappers.py models logz "$OLDPWD/.peers/craftax_baselines/")
 echo "$(ls .whl | wc -l) wheels in .whl ($(du -sh .whl | cut -f1)), $(ls .whl-peers) in .whl-peers, PureJaxRL's files in .peers"
