@@ -45,6 +45,8 @@ def best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
 
 def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[[jax.Array], jax.Array]:
     """A jitted function key -> summed reward of num_steps x num_envs random-action steps."""
+    if env_id.startswith("craftax/"):  # gymnax's step would generate a world per env per step
+        raise SystemExit(f"{env_id}: use --resets, which steps it as the scripts do (with the pool)")
     if env_id.startswith("brax/"):  # the scripts' own adapter (vibe_rl's harness)
         from vibe_rl.ppo_jax_scan import make_env
 

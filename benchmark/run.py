@@ -35,7 +35,9 @@ Exit status 1 if any entry crashed, timed out, was missing or missed its thresho
 
 Definitions:
 - score: a seed's eval.json "mean", its final deterministic evaluation (the mean return of
-  --eval-episodes episodes). eval return: the mean over seeds of the scores, +- their std.
+  --eval-episodes episodes); with `score = "training"` (Craftax: its scoreboard's unit, and
+  greedy policies there score below random), the mean training return (charts/episodic_return)
+  of its last tenth of logged points. eval return: the mean over seeds of the scores, +- their std.
 - IQM [95% CI]: the interquartile mean of the seeds' scores (trim_mean(x, 0.25): with 3 seeds
   or fewer, the mean) and its 95% percentile bootstrap interval over the seeds (2000
   resamples, benchmark/stats.py). An entry passes when its IQM reaches its threshold; an entry
@@ -116,6 +118,7 @@ class Entry:
     eval_points: int = 20  # evaluations per run: --eval-frequency total_timesteps // eval_points (0: off)
     random_score: float | None = None  # the random policy's return on env (suite.toml's [random])
     threshold_source: str = ""  # where the threshold comes from: the comment on its line in suite.toml
+    score: str = "eval"  # a seed's score: "eval", its final evaluation; "training", its last training returns
 
     @property
     def name(self) -> str:
@@ -191,6 +194,7 @@ def select_entries(
                 eval_points=points if eval_points is None else eval_points,
                 random_score=suite.get("random", {}).get(raw["env"]),
                 threshold_source=source or raw.get("threshold_source", ""),
+                score=raw.get("score", "eval"),
             )
         )
     return entries
@@ -285,6 +289,13 @@ def eval_curve(evaluation: dict[str, Any]) -> tuple[list[int], list[float]]:
     return [p["global_step"] for p in points], [p["mean"] for p in points]
 
 
+def training_score(run_dir: Path) -> float:
+    """The mean training return (charts/episodic_return) of a run's last tenth of logged points."""
+    returns = [p["charts/episodic_return"] for p in map(json.loads, (run_dir / "metrics.jsonl").open())
+               if "charts/episodic_return" in p]  # fmt: skip
+    return float(np.mean(returns[-max(1, len(returns) // 10) :]))
+
+
 def read_evals(run_dirs: list[Path]) -> list[dict[str, Any]]:
     return [json.loads((d / "eval.json").read_text()) for d in run_dirs if (d / "eval.json").is_file()]
 
@@ -340,6 +351,8 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     )
     evals = read_evals(outcome.run_dirs)
     seed_means = [e["mean"] for e in evals]
+    if entry.score == "training":
+        seed_means = [training_score(d) for d in outcome.run_dirs if (d / "eval.json").is_file()]
     mean, std = mean_std(seed_means)
     score = iqm(seed_means) if seed_means else None
     status, note = outcome.status, outcome.note
@@ -435,7 +448,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def ceiling(env_id: str, num_envs: int) -> float | None:
-    """benchmark/ceiling.py's random-action env steps/s, in a subprocess."""
+    """benchmark/ceiling.py's random-action env steps/s, in a subprocess (none for Craftax: its
+    ceiling is `--resets`'s, minutes on a CPU: docs/benchmarks.md)."""
+    if env_id.startswith("craftax/"):
+        return None
     command = [sys.executable, "-m", "benchmark.ceiling", "--env-id", env_id, "--num-envs", str(num_envs)]
     if env_id.startswith("brax/"):  # a physics step costs ~100x a CartPole step: one episode's length
         command += ["--num-steps", "1000"]
@@ -735,7 +751,8 @@ CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.
 
 - **Score** of a run (one seed): its final deterministic (greedy) evaluation, eval.json's
   `"mean"`: the mean return of `--eval-episodes` episodes (32 unless the entry says otherwise),
-  each played to its end, after `steps` env steps of training.
+  each played to its end, after `steps` env steps of training. An entry with `score =
+  "training"` (Craftax's) scores its mean training return over its last tenth of logged points.
 - **IQM [95% CI]**: the interquartile mean of the seeds' scores (`scipy.stats.trim_mean(x,
   0.25)`: sort, drop a quarter at each end; with 3 seeds or fewer it is the mean) and its 95%
   percentile bootstrap interval (2000 resamples of the seeds, benchmark/stats.py). With few

@@ -486,3 +486,17 @@ def test_from_results_rebuilds_the_tables_and_plots_of_a_saved_run_without_runni
     assert report["aggregates"][0]["script"] == "ppo_jax_scan" and report["aggregates"][0]["runs"] == 2
     assert "ppo_jax_scan" in (out / "results.md").read_text()
     assert (out / "curves_CartPole-v1.png").stat().st_size > 1000 and (out / "profile.png").is_file()
+
+
+def test_a_training_score_entry_scores_the_last_tenth_of_its_training_returns(tmp_path):
+    """Craftax's entries score the training episodes (the scoreboard's unit): a seed's mean
+    charts/episodic_return over its last tenth of logged points, points without one left out."""
+    points = [{"global_step": i, "charts/episodic_return": float(i)} for i in range(1, 21)]
+    points.append({"global_step": 21, "charts/SPS": 5.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
+    assert bench.training_score(tmp_path) == pytest.approx(19.5)  # the last 2 of 20
+    suite = bench.load_suite()
+    (quick,) = bench.select_entries(suite, quick=True, envs=["craftax/Craftax-Classic-Symbolic-v1"])
+    assert quick.score == "training" and quick.total_timesteps == 51_200
+    cartpole = bench.select_entries(suite, quick=True, envs=["CartPole-v1"])
+    assert {entry.score for entry in cartpole} == {"eval"}
