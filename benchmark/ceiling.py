@@ -6,10 +6,13 @@ fraction of it.
 
     python -m benchmark.ceiling --env-id CartPole-v1 --num-envs 4
 
-For an env whose reset costs far more than a step (Craftax generates a world), --resets compares how
-the episodes restart, each as steps/s and as a share of stepping with no reset at all:
+For an env whose reset costs far more than a step (Craftax generates a world; DM Control's CheetahRun
+settles its model for 200 physics steps), --resets compares how the episodes restart, each as steps/s
+and as a share of stepping with no reset at all:
 - none: the envs step on, never reset (the ceiling; an ended episode keeps stepping);
-- pool: the harness's (step_from_pool): fresh starts generated ahead, N/8 every 16 steps;
+- pool: the harness's for Craftax (step_from_pool): fresh starts generated ahead, N/8 every 16 steps;
+- ended: the harness's for Playground (step_resetting_ended): the ended envs reset in one batch, at the
+  steps where one ended;
 - optimistic: Craftax_Baselines' scheme, N/16 new starts a step shared out among the envs that
   ended, a start duplicated when more end at once (re-implemented here for the comparison);
 - every (with --every: it is 20-60x slower on Craftax): gymnax's auto-reset, a new start computed for
@@ -18,6 +21,7 @@ It also counts, per 1,000 episodes, those that began from a start another episod
 dry starts, the optimistic reset's duplicates).
 
     python -m benchmark.ceiling --env-id craftax/Craftax-Classic-Symbolic-v1 --num-envs 256 --resets
+    python -m benchmark.ceiling --env-id playground/CheetahRun --num-envs 64 --resets --num-steps 2000
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ def best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
 
 def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[[jax.Array], jax.Array]:
     """A jitted function key -> summed reward of num_steps x num_envs random-action steps."""
-    if env_id.startswith("craftax/"):  # gymnax's step would generate a world per env per step
-        raise SystemExit(f"{env_id}: use --resets, which steps it as the scripts do (with the pool)")
+    if env_id.startswith(("craftax/", "playground/")):  # gymnax's step would reset every env every step
+        raise SystemExit(f"{env_id}: use --resets, which steps it as the scripts do (and with no reset)")
     if env_id.startswith("brax/"):  # the scripts' own adapter (vibe_rl's harness)
         from vibe_rl.ppo_jax_scan import make_env
 
@@ -99,7 +103,7 @@ def reset_schemes(
     env_id: str, num_envs: int, num_steps: int, repeats: int, every: bool
 ) -> list[dict[str, Any]]:
     """For each way of restarting episodes: steps/s of random actions, episodes ended, starts reused."""
-    from vibe_rl import ppo_jax_scan as h  # the harness's adapter and pool
+    from vibe_rl import ppo_jax_scan as h  # the harness's adapters, its pool and its reset of the ended
 
     spec = h.make_env(env_id)
     env, params = spec.env, spec.params
@@ -107,50 +111,60 @@ def reset_schemes(
     truncated = jax.vmap(env.is_truncated, in_axes=(0, None))
     optimistic_starts = max(1, num_envs // 16)
 
-    def none(state, keys, actions):  # -> (state, ended [N], reused [N])
-        _, stepped, _, terminated, _ = step_env(keys, state.env, actions, params)
+    def none(state, keys, actions):  # env states [N] -> (states, ended [N], reused [N])
+        _, stepped, _, terminated, _ = step_env(keys, state, actions, params)
         done = terminated | truncated(stepped, params)
-        return state._replace(env=stepped), done, jnp.zeros_like(done)
+        return stepped, done, jnp.zeros_like(done)
 
-    def pool(state, keys, actions):
-        step = h.step_envs(spec, keys, state, actions)
-        return step.state, step.terminated | step.truncated, step.state.dry_starts > state.dry_starts
+    def harness(step: Callable) -> Callable:  # a harness step on the state its reset gives
+        def scheme(state, keys, actions):
+            out = step(spec, keys, state, actions)
+            reused = (
+                out.state.dry_starts > state.dry_starts if isinstance(state, h.Pooled) else 0 * keys[:, 0]
+            )
+            return out.state, out.terminated | out.truncated, reused
+
+        return scheme
 
     def every_step(state, keys, actions):
-        step = h.reset_every_step(spec, keys, state.env, actions)
-        return state._replace(env=step.state), step.terminated | step.truncated, jnp.zeros(num_envs, bool)
+        step = h.reset_every_step(spec, keys, state, actions)
+        return step.state, step.terminated | step.truncated, jnp.zeros(num_envs, bool)
 
     def optimistic(state, keys, actions):
-        _, stepped, _, terminated, _ = step_env(keys, state.env, actions, params)
+        _, stepped, _, terminated, _ = step_env(keys, state, actions, params)
         done = terminated | truncated(stepped, params)
         _, starts = h.reset_each(spec, keys[0], optimistic_starts)  # [R]
         rank = jnp.cumsum(done) - 1  # an ended env takes start rank % R: duplicated past R
         new = jax.tree.map(lambda x: x[rank % optimistic_starts], starts)
         select = lambda a, b: jnp.where(done.reshape(-1, *[1] * (a.ndim - 1)), a, b)
-        return (
-            state._replace(env=jax.tree.map(select, new, stepped)),
-            done,
-            done & (rank >= optimistic_starts),
-        )
+        return jax.tree.map(select, new, stepped), done, done & (rank >= optimistic_starts)
 
+    schemes = {  # name: (the scheme, the reset its state starts from)
+        "none": (none, h.reset_each),
+        "pool": (harness(h.step_from_pool), h.reset_pool),
+        "ended": (harness(h.step_resetting_ended), h.reset_each),
+        "optimistic": (optimistic, h.reset_each),
+    } | ({"every": (every_step, h.reset_each)} if every else {})
     rows = []
-    schemes = {"none": none, "pool": pool, "optimistic": optimistic} | (
-        {"every": every_step} if every else {}
-    )
-    for name, scheme in schemes.items():
+    for name, (scheme, reset) in schemes.items():
 
-        def rollout(key: jax.Array, scheme=scheme) -> tuple[jax.Array, jax.Array]:
-            _, state = h.reset_envs(spec, key, num_envs)
+        def rollout(key: jax.Array, scheme=scheme, reset=reset) -> tuple[jax.Array, jax.Array]:
+            _, state = reset(spec, key, num_envs)
 
             def step(carry, key):
                 state, ended, reused = carry
                 action_key, step_key = jax.random.split(key)
-                actions = jax.random.randint(action_key, (num_envs,), 0, spec.action_dim)
-                state, done, again = scheme(state, jax.random.split(step_key, num_envs), actions)
+                state, done, again = scheme(state, jax.random.split(step_key, num_envs), actions(action_key))
                 return (state, ended + done.sum(), reused + again.sum()), None
 
             zero = jnp.int32(0)
             return jax.lax.scan(step, (state, zero, zero), jax.random.split(key, num_steps))[0][1:]
+
+        def actions(key: jax.Array) -> jax.Array:  # [N] or [N, A]: uniform over the action space
+            if spec.discrete:
+                return jax.random.randint(key, (num_envs,), 0, spec.action_dim)
+            return jax.random.uniform(key, (num_envs, spec.action_dim), minval=spec.action_low,
+                                      maxval=spec.action_high)  # fmt: skip
 
         program, key = jax.jit(rollout), jax.random.PRNGKey(0)
         seconds = best_time(lambda program=program, key=key: program(key), repeats)
@@ -166,7 +180,9 @@ def main() -> None:
     parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--num-steps", type=int, default=20_000)
-    parser.add_argument("--resets", action="store_true", help="compare the ways episodes restart (Craftax)")
+    parser.add_argument(
+        "--resets", action="store_true", help="compare the ways episodes restart (Craftax, Playground)"
+    )
     parser.add_argument(
         "--every", action="store_true", help="with --resets: gymnax's reset at every step too"
     )

@@ -448,9 +448,9 @@ def machine_info() -> dict[str, Any]:
 
 
 def ceiling(env_id: str, num_envs: int) -> float | None:
-    """benchmark/ceiling.py's random-action env steps/s, in a subprocess (none for Craftax: its
-    ceiling is `--resets`'s, minutes on a CPU: docs/benchmarks.md)."""
-    if env_id.startswith("craftax/"):
+    """benchmark/ceiling.py's random-action env steps/s, in a subprocess (none for Craftax and Playground:
+    their ceiling is `--resets`'s, minutes on a CPU: docs/benchmarks.md)."""
+    if env_id.startswith(("craftax/", "playground/")):
         return None
     command = [sys.executable, "-m", "benchmark.ceiling", "--env-id", env_id, "--num-envs", str(num_envs)]
     if env_id.startswith("brax/"):  # a physics step costs ~100x a CartPole step: one episode's length

@@ -61,6 +61,10 @@ def test_plan_budget_counts_as_brax_does(runner):
     # PPO: training steps of batch_size x unroll_length x num_minibatches x action_repeat env steps
     ppo = {"num_timesteps": 50_000, "batch_size": 64, "unroll_length": 5, "num_minibatches": 8}
     assert runner.plan_budget("ppo", ppo | {"action_repeat": 1, "num_envs": 64}, 10) == (10, 51_200)
+    # num_resets_per_eval R (Playground's configs: 10): an epoch is R rounds of whole training steps
+    ppo |= {"num_timesteps": 30_000}
+    assert runner.plan_budget("ppo", ppo, 10) == (6, 12 * 2560)
+    assert runner.plan_budget("ppo", ppo | {"num_resets_per_eval": 10}, 10) == (2, 2 * 10 * 2560)
     # SAC: the prefill (min_replay_size, whole actor steps of num_envs) counts in the budget
     sac = {"num_timesteps": 3000, "num_envs": 128, "min_replay_size": 512}
     assert runner.plan_budget("sac", sac, 10) == (10, 512 + 20 * 128)

@@ -949,6 +949,7 @@ def brax_suite(name: str) -> EnvSpec:
     valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
     require(name in envs._envs, f"--env-id brax/{name} is not a Brax environment; valid: {valid}")
     warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    keep_mujoco_log_on_console()
     raw = envs.get_environment(name)
 
     @struct.dataclass
@@ -1022,12 +1023,82 @@ def craftax_suite(name: str) -> EnvSpec:
     return env_spec(CraftaxEnv(), params, **pooled, **score, render=draw_craftax(name))
 
 
+PLAYGROUND_IMPLS = ("jax", "warp")  # MJX's backends: jax runs anywhere; warp (Playground's default) on GPU
+
+
+def playground_suite(name: str) -> EnvSpec:
+    """A DeepMind Control Suite task of MuJoCo Playground as a gymnax env, built on Playground's env itself:
+    its training wrapper (Brax's EpisodeWrapper, AutoResetWrapper) restarts from a cached state and
+    overwrites the final observation. Every task ends at its 1000-step time limit, all envs together."""
+    install = "pip install playground==0.2.0 (in vibe_rl's repository: pip install -e '.[playground]')"
+    require(importlib.util.find_spec("mujoco_playground"), f"MuJoCo Playground is not installed: {install}")
+    task, _, impl = name.partition(":")
+    impl = impl or "jax"  # Playground's default, warp, stepped CartpoleBalance 17x slower on a 2-core CPU
+    require(impl in PLAYGROUND_IMPLS, f"--env-id playground/{name}: the backend after ':' is one of "
+            f"{', '.join(PLAYGROUND_IMPLS)}, not {impl!r}")  # fmt: skip
+    keep_mujoco_log_on_console()
+    from flax import struct
+    from gymnax.environments import environment, spaces
+    from mujoco_playground import registry
+
+    valid = ", ".join(f"playground/{n}" for n in registry.dm_control_suite.ALL_ENVS)
+    download = (*registry.locomotion.ALL_ENVS, *registry.manipulation.ALL_ENVS)
+    require(task not in download, f"--env-id playground/{task} needs assets that Playground downloads when "
+            f"it loads (locomotion, manipulation); offline only DM Control's run: {valid}")  # fmt: skip
+    require(task in registry.dm_control_suite.ALL_ENVS,
+            f"--env-id playground/{task} is not a DM Control task of Playground; valid: {valid}")  # fmt: skip
+    raw = registry.load(task, config_overrides={"impl": impl})
+
+    # its State (an mjx.Data, obs, reward, done, metrics, info with its rng) as its leaves: flax's checkpoints
+    # cannot serialize an mjx.Data, and the structure rebuilds it
+    structure = jax.tree.structure(jax.eval_shape(raw.reset, jax.random.PRNGKey(0)))
+
+    @struct.dataclass
+    class PlaygroundState(environment.EnvState):
+        physics: tuple  # Playground's State's leaves
+
+    class PlaygroundEnv(environment.Environment):
+        action_space = lambda self, params: spaces.Box(-1.0, 1.0, (raw.action_size,))
+        observation_space = lambda self, params: spaces.Box(-jnp.inf, jnp.inf, (raw.observation_size,))
+
+        def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, PlaygroundState]:
+            state = raw.reset(key)
+            return state.obs, PlaygroundState(time=0, physics=tuple(jax.tree.leaves(state)))
+
+        def step_env(self, key: jax.Array, state: PlaygroundState, action: jax.Array, params: Any) -> tuple:
+            stepped = raw.step(structure.unflatten(state.physics), action)  # its randomness: its info's rng
+            terminated = stepped.done > 0  # a NaN in the physics: the only end of a DM Control task
+            finite = lambda x: jnp.where(jnp.isfinite(x), x, 0.0)  # that step's NaN never reaches the learner
+            physics = tuple(jax.tree.leaves(stepped))
+            return (
+                finite(stepped.obs),
+                PlaygroundState(state.time + 1, physics),
+                finite(stepped.reward),
+                terminated,
+                {},
+            )
+
+    # every DM Control task's action_repeat is 1: Playground's env steps once per action (its wrapper repeats)
+    params = environment.EnvParams(max_steps_in_episode=raw._config.episode_length)
+    render = functools.partial(draw_playground, raw.mj_model, structure)
+    return env_spec(PlaygroundEnv(), params, step=step_resetting_ended, render=render)
+
+
+def keep_mujoco_log_on_console() -> None:  # MuJoCo's warnings go to the console, never to MUJOCO_LOG.TXT in
+    import mujoco  # the working directory (e.g. CheetahRun's and halfcheetah's model's deprecated attribute)
+
+    config = mujoco.MjLogConfig.get()
+    config.logto_file = False
+    config.set()
+
+
 # The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
 # adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe).
 ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {
     "": gymnax_suite,
     "brax/": brax_suite,
     "craftax/": craftax_suite,
+    "playground/": playground_suite,
 }
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
@@ -1096,8 +1167,8 @@ def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Ar
 
 
 def refill_pool(spec: EnvSpec, due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
-    """The pool (start_obs, start, fresh) with N/8 new starts in its first taken slots when due: a real
-    branch, also when the runs are vmapped, since they step in lockstep and their clocks agree."""
+    """The pool (start_obs, start, fresh) with N/8 new starts in its first taken slots when due (the runs'
+    clocks agree, so lockstep_cond's branch is each run's own)."""
 
     def fill(key: jax.Array, pool: tuple) -> tuple:
         start_obs, start, fresh = pool
@@ -1107,19 +1178,49 @@ def refill_pool(spec: EnvSpec, due: jax.Array, key: jax.Array, pool: tuple) -> t
         put = lambda old, new: old.at[slots].set(new, mode="drop")
         return put(start_obs, new_obs), jax.tree.map(put, start, new), fresh.at[slots].set(True, mode="drop")
 
+    return lockstep_cond(due, fill, lambda key, pool: pool, key, pool)
+
+
+# Where every episode ends at the time limit, together (DM Control's), the ended envs are reset in one batch
+# at the steps where one ended: a reset per episode, without a pool's memory.
+def step_resetting_ended(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """N envs' step, each reset afresh where it ended; the resets are computed only at steps where one did."""
+    env, params = spec.env, spec.params
+    final_obs, stepped, reward, terminated, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
+        keys, state, action, params
+    )
+    truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(stepped, params) & ~terminated
+    done = terminated | truncated  # [N]
+
+    def reset_ended(done: jax.Array, keys: jax.Array, obs: jax.Array, state: Any) -> tuple:
+        reset_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, 1)  # keys itself stepped the envs
+        fresh_obs, fresh = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, params)
+        where_done = lambda new, old: jnp.where(done.reshape(-1, *[1] * (old.ndim - 1)), new, old)
+        return where_done(fresh_obs, obs), jax.tree.map(where_done, fresh, state)
+
+    keep = lambda done, keys, obs, state: (obs, state)
+    obs, state = lockstep_cond(done.any(), reset_ended, keep, done, keys, final_obs, stepped)
+    return EnvStep(obs, state, reward, terminated, truncated, final_obs)
+
+
+def lockstep_cond(pred: jax.Array, true_fn: Callable, false_fn: Callable, *operands: Any) -> Any:
+    """jax.lax.cond, a real branch also under the run axis's vmap (where cond computes both branches): there
+    true_fn runs for every run when any run's pred holds, so it must leave a run whose pred is false as
+    false_fn would (each run's own branch; a test checks vmapped runs step bit for bit as alone)."""
+
     @jax.custom_batching.custom_vmap
-    def maybe_fill(due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
-        return jax.lax.cond(due, fill, lambda key, pool: pool, key, pool)
+    def cond(pred: jax.Array, *operands: Any) -> Any:
+        return jax.lax.cond(pred, true_fn, false_fn, *operands)
 
-    @maybe_fill.def_vmap
-    def every_run(size: int, batched: list, due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
+    @cond.def_vmap
+    def every_run(size: int, batched: list, pred: jax.Array, *operands: Any) -> tuple:
         whole = lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape))
-        key, pool = jax.tree.map(whole, (key, pool), tuple(batched[1:]))
-        due = due.any() if batched[0] else due  # the runs' clocks agree: any is each one's own
-        pool = jax.lax.cond(due, jax.vmap(fill), lambda key, pool: pool, key, pool)
-        return pool, jax.tree.map(lambda _: True, pool)
+        operands = jax.tree.map(whole, operands, tuple(batched[1:]))
+        pred = pred.any() if batched[0] else pred
+        out = jax.lax.cond(pred, jax.vmap(true_fn), jax.vmap(false_fn), *operands)
+        return out, jax.tree.map(lambda _: True, out)
 
-    return maybe_fill(due, key, pool)
+    return cond(pred, *operands)
 
 
 class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
@@ -1905,6 +2006,16 @@ def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # 
 
     states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
     (folder / "eval.html").write_text(html.render(system, states))
+
+
+def draw_playground(model: Any, structure: Any, episode: Any, length: int, folder: Path) -> None:  # Brax's
+    from brax import base  # viewer, videos/eval.html, which draws an MjModel's bodies where they are
+    from brax.io import html, mjcf
+
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax's own models are not developed
+    data = structure.unflatten(episode.physics).data  # mjx.Data [T]: body 0 is the world
+    pose = lambda t: types.SimpleNamespace(x=base.Transform(pos=data.xpos[t, 1:], rot=data.xquat[t, 1:]))
+    (folder / "eval.html").write_text(html.render(mjcf.load_model(model), [pose(t) for t in range(length)]))
 
 
 # --- Sweeps: a grid of configurations, trained with the seeds, and its ranked summary --------------

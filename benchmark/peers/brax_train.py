@@ -239,10 +239,11 @@ SAC_FLAGS = {
 ALGO_FLAGS = {"ppo": BOTH_FLAGS | PPO_FLAGS, "sac": BOTH_FLAGS | SAC_FLAGS}
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def make_parser(default_env: str, env_help: str) -> argparse.ArgumentParser:
+    """The runner's flags, every algorithm's (check_args refuses those of the other one)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=sorted(TRAINERS), default="ppo")
-    parser.add_argument("--env-id", type=str, default="brax/inverted_pendulum", help="brax/<name>")
+    parser.add_argument("--env-id", type=str, default=default_env, help=env_help)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--num-seeds", type=int, default=1, help="seeds seed..seed+S-1, one train call each")
     parser.add_argument("--total-timesteps", type=int, default=None, help="default: the config's")
@@ -256,13 +257,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--jax-cache-dir", type=str, default="", help="JAX's persistent compilation cache (off)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a flag of the other algorithm, and counts below 1."""
     for dest in set(ALGO_FLAGS["ppo"]) ^ set(ALGO_FLAGS["sac"]):
         if dest not in ALGO_FLAGS[args.algo] and getattr(args, dest) is not None:
             parser.error(f"--{dest.replace('_', '-')} is not a flag of --algo {args.algo}")
     for name in ("num_seeds", "eval_points", "eval_episodes"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = make_parser("brax/inverted_pendulum", "brax/<name>")
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     if not args.env_id.startswith("brax/") or args.env_id.removeprefix("brax/") not in envs._envs:
         parser.error(f"--env-id must be brax/<name>, one of: {', '.join(sorted(envs._envs))}")
     args.exp_name = args.exp_name or f"brax_{args.algo}"
@@ -317,12 +328,26 @@ def make_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], st
     """train()'s keyword arguments (the published config, or Brax's defaults, with the flags
     given), less environment, seed, num_evals and progress_fn; and the line that says so."""
     source, published = PUBLISHED.get((args.algo, name), (None, {}))
+    config, changed = apply_flags(args, published)
+    if "num_timesteps" not in config:
+        raise SystemExit(f"error: brax/{name} has no published {args.algo} config: give --total-timesteps")
+    what = f"Brax's published config ({source})" if source else "no published config: Brax's train defaults"
+    line = f"brax_{args.algo} config for brax/{name}: {what}, runner sets: " + ", ".join(changed)
+    return config, line
+
+
+def apply_flags(
+    args: argparse.Namespace, published: dict[str, Any], more: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """`published` with the values the flags give (None keeps the config's) and the runner's own
+    (deterministic_eval, num_eval_envs; `more`: further train() keywords, None kept); and each
+    value that changed, as "key=new (config: old)" or "(default: old)" (train()'s default)."""
     config = dict(published)
     config.setdefault("episode_length", 1000)  # sac.train has no default; ppo.train's is None
     changed = []
     given = {key: getattr(args, dest) for dest, (key, _) in ALGO_FLAGS[args.algo].items()}
     given |= {"normalize_observations": args.normalize_obs, "num_timesteps": args.total_timesteps}
-    given |= {"deterministic_eval": True, "num_eval_envs": args.eval_episodes}
+    given |= {"deterministic_eval": True, "num_eval_envs": args.eval_episodes, **(more or {})}
     defaults = train_defaults(args.algo)
     for key, value in given.items():
         if value is None:
@@ -331,11 +356,7 @@ def make_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], st
         config[key] = value
         if value != before:
             changed.append(f"{key}={value!r} ({'config' if key in published else 'default'}: {before!r})")
-    if "num_timesteps" not in config:
-        raise SystemExit(f"error: brax/{name} has no published {args.algo} config: give --total-timesteps")
-    what = f"Brax's published config ({source})" if source else "no published config: Brax's train defaults"
-    line = f"brax_{args.algo} config for brax/{name}: {what}, runner sets: " + ", ".join(changed)
-    return config, line
+    return config, changed
 
 
 def train_defaults(algo: str) -> dict[str, Any]:
@@ -355,11 +376,13 @@ def plan_epochs(units: int, points: int) -> int:
 
 
 def plan_budget(algo: str, config: dict[str, Any], points: int) -> tuple[int, int]:
-    """(epochs, env steps train() will run), as ppo.train / sac.train count them."""
+    """(epochs, env steps train() will run), as ppo.train / sac.train count them (PPO: an epoch
+    is num_resets_per_eval rounds of whole training steps, each round ended by resetting every env)."""
     defaults = train_defaults(algo) | config
     repeat, total = defaults["action_repeat"], config["num_timesteps"]
     if algo == "ppo":
         per_unit = defaults["batch_size"] * defaults["unroll_length"] * defaults["num_minibatches"] * repeat
+        per_unit *= max(defaults["num_resets_per_eval"], 1)
         prefill = 0
     else:
         per_unit = defaults["num_envs"] * repeat
@@ -400,8 +423,11 @@ def as_float(x: Any) -> float:
 # ----------------------------------------------------------------------------------------
 
 
-def train_seed(args: argparse.Namespace, env: Any, config: dict[str, Any], seed: int) -> dict[str, Any]:
-    """One call of Brax's train; its timings and evaluations."""
+def train_seed(
+    args: argparse.Namespace, env: Any, config: dict[str, Any], seed: int, **train_kwargs: Any
+) -> dict[str, Any]:
+    """One call of Brax's train (config and train_kwargs its keyword arguments); its timings and
+    evaluations."""
     curve: list[dict[str, Any]] = []
     eval_spans: list[tuple[float, float]] = []
 
@@ -424,7 +450,7 @@ def train_seed(args: argparse.Namespace, env: Any, config: dict[str, Any], seed:
 
     del COMPILE_SPANS[:]
     wall_start, start = time.time(), time.perf_counter()
-    TRAINERS[args.algo](environment=env, seed=seed, progress_fn=progress, **config)
+    TRAINERS[args.algo](environment=env, seed=seed, progress_fn=progress, **config, **train_kwargs)
     wall = time.perf_counter() - start
     spans = [(max(a, wall_start), b) for a, b in COMPILE_SPANS if b > wall_start]
     compile_s, eval_s = covered(spans), covered(eval_spans)
@@ -467,12 +493,11 @@ def write_seed_run(args: argparse.Namespace, config: dict[str, Any], seed: int, 
     return run_dir
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
-    name = args.env_id.removeprefix("brax/")
-    config, line = make_config(args, name)
+def plan_run(args: argparse.Namespace, config: dict[str, Any], line: str) -> None:
+    """Set the values run on args (for args.json, under the flags' names, as our scripts'), pick
+    num_evals for --eval-points, and print the config line and the steps Brax will train."""
     effective = effective_config(args.algo, config)
-    for dest, (key, _) in ALGO_FLAGS[args.algo].items():  # args.json: the values run, as our scripts'
+    for dest, (key, _) in ALGO_FLAGS[args.algo].items():
         setattr(args, dest, effective[key])
     args.normalize_obs, args.total_timesteps = effective["normalize_observations"], config["num_timesteps"]
     epochs, steps = plan_budget(args.algo, config, args.eval_points)
@@ -481,28 +506,53 @@ def main(argv: Sequence[str] | None = None) -> None:
     if steps != config["num_timesteps"]:
         print(f"note: Brax trains {steps} steps ({epochs} epochs of whole training steps, rounded up)")
 
+
+def set_up_jax(args: argparse.Namespace) -> None:
+    """The device_put_replicated shim, the persistent cache (--jax-cache-dir), the compile timer."""
     install_device_put_replicated()
     if args.jax_cache_dir:  # as vibe_rl's scripts set it (they default to ~/.cache/vibe_rl/jax)
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.monitoring.register_event_time_span_listener(record_compile_span)
-    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
-    env = envs.get_environment(name)
-    print(f"devices: {jax.local_device_count()} x {jax.devices()[0].platform}", flush=True)
 
+
+def run_seeds(
+    args: argparse.Namespace,
+    env: Any,
+    config: dict[str, Any],
+    label: str,
+    recorded: dict[str, Any] | None = None,
+    **train_kwargs: Any,
+) -> None:
+    """Train the seeds one after another, one train call each, and print their lines (`compiled
+    <label> (seed s) in X.Xs`, ...) and `trained N steps in X.XXs`. eval.json's peer_config is
+    `recorded` (default: effective_config)."""
+    recorded = effective_config(args.algo, config) if recorded is None else recorded
     trained_steps, train_time = 0, 0.0
     for seed in range(args.seed, args.seed + args.num_seeds):
-        result = train_seed(args, env, config, seed)
+        result = train_seed(args, env, config, seed, **train_kwargs)
         done = result["curve"][-1]["global_step"]
         trained_steps, train_time = trained_steps + done, train_time + result["train"]
-        print(f"compiled brax_{args.algo} (seed {seed}) in {result['compile']:.1f}s")
+        print(f"compiled {label} (seed {seed}) in {result['compile']:.1f}s")
         print(
             f"seed {seed}: compile {result['compile']:.1f}s, evaluations {result['eval']:.1f}s, "
             f"training {result['train']:.1f}s, {done / result['train']:,.0f} steps/s in training"
         )
         print(f"seed {seed}: wall {result['wall']:.1f}s, eval return {result['curve'][-1]['mean']:.2f}")
-        write_seed_run(args, effective_config(args.algo, config), seed, result)
+        write_seed_run(args, recorded, seed, result)
     print(f"trained {trained_steps} steps in {train_time:.2f}s")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    name = args.env_id.removeprefix("brax/")
+    config, line = make_config(args, name)
+    plan_run(args, config, line)
+    set_up_jax(args)
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax.envs is not developed further
+    env = envs.get_environment(name)
+    print(f"devices: {jax.local_device_count()} x {jax.devices()[0].platform}", flush=True)
+    run_seeds(args, env, config, f"brax_{args.algo}")
     print(f"process wall {time.perf_counter() - PROCESS_START:.1f}s", flush=True)
 
 
