@@ -21,7 +21,8 @@ It also counts, per 1,000 episodes, those that began from a start another episod
 dry starts, the optimistic reset's duplicates).
 
     python -m benchmark.ceiling --env-id craftax/Craftax-Classic-Symbolic-v1 --num-envs 256 --resets
-    python -m benchmark.ceiling --env-id playground/CheetahRun --num-envs 64 --resets --num-steps 2000
+    python -m benchmark.ceiling --env-id playground/CheetahRun --num-envs 64 --resets --num-steps 1000 \
+        --schemes none ended
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def ceiling_sps(env_id: str, num_envs: int, num_steps: int = 20_000, repeats: in
 
 
 def reset_schemes(
-    env_id: str, num_envs: int, num_steps: int, repeats: int, every: bool
+    env_id: str, num_envs: int, num_steps: int, repeats: int, every: bool, only: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
     """For each way of restarting episodes: steps/s of random actions, episodes ended, starts reused."""
     from vibe_rl import ppo_jax_scan as h  # the harness's adapters, its pool and its reset of the ended
@@ -147,6 +148,8 @@ def reset_schemes(
     } | ({"every": (every_step, h.reset_each)} if every else {})
     rows = []
     for name, (scheme, reset) in schemes.items():
+        if only and name not in only:
+            continue
 
         def rollout(key: jax.Array, scheme=scheme, reset=reset) -> tuple[jax.Array, jax.Array]:
             _, state = reset(spec, key, num_envs)
@@ -172,7 +175,17 @@ def reset_schemes(
         rows.append(
             {"scheme": name, "sps": num_envs * num_steps / seconds, "episodes": ended, "reused": reused}
         )
+        print_row(env_id, num_envs, rows)
     return rows
+
+
+def print_row(env_id: str, num_envs: int, rows: list[dict[str, Any]]) -> None:  # the last row, as measured
+    row = rows[-1]
+    share, per_1000 = row["sps"] / rows[0]["sps"], 1000 * row["reused"] / max(row["episodes"], 1)
+    reused = f"{per_1000:.0f} per 1,000 episodes began from a used start" if row["scheme"] != "none" else ""
+    where = f"{env_id}, {num_envs} envs, {row['scheme']:>10}"
+    print(f"{where}: {row['sps']:>10,.0f} env steps/s ({share:.0%} of {rows[0]['scheme']}); "
+          f"{row['episodes']:,} episodes ended; {reused}", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -186,19 +199,12 @@ def main() -> None:
     parser.add_argument(
         "--every", action="store_true", help="with --resets: gymnax's reset at every step too"
     )
+    parser.add_argument(
+        "--schemes", nargs="+", default=(), help="with --resets: only these (none first, the baseline)"
+    )
     args = parser.parse_args()
     if args.resets:
-        rows = reset_schemes(args.env_id, args.num_envs, args.num_steps, 3, args.every)
-        for row in rows:
-            share, per_1000 = row["sps"] / rows[0]["sps"], 1000 * row["reused"] / max(row["episodes"], 1)
-            reused = (
-                f"{per_1000:.0f} per 1,000 episodes began from a used start"
-                if row["scheme"] != "none"
-                else ""
-            )
-            where = f"{args.env_id}, {args.num_envs} envs, {row['scheme']:>10}"
-            print(f"{where}: {row['sps']:>10,.0f} env steps/s ({share:.0%} of none); "
-                  f"{row['episodes']:,} episodes ended; {reused}")  # fmt: skip
+        reset_schemes(args.env_id, args.num_envs, args.num_steps, 3, args.every, tuple(args.schemes))
         return
     sps = ceiling_sps(args.env_id, args.num_envs, args.num_steps)
     print(f"{args.env_id}, {args.num_envs} envs: {sps:,.0f} env steps/s (random actions, compiled scan)")
