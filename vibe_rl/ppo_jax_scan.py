@@ -893,19 +893,12 @@ def craftax_suite(name: str) -> EnvSpec:
     return env_spec(CraftaxEnv(), params, **pooled, **score, render=draw_craftax(name))
 
 
-PLAYGROUND_IMPLS = ("jax", "warp")  # MJX's backends: jax runs anywhere; warp (Playground's default) on GPU
-
-
-def playground_suite(name: str) -> EnvSpec:
+def playground_suite(task: str) -> EnvSpec:
     """A DeepMind Control Suite task of MuJoCo Playground as a gymnax env, built on Playground's env itself:
     its training wrapper (Brax's EpisodeWrapper, AutoResetWrapper) restarts from a cached state and
     overwrites the final observation. Every task ends at its 1000-step time limit, all envs together."""
     install = "pip install playground==0.2.0 (in vibe_rl's repository: pip install -e '.[playground]')"
     require(importlib.util.find_spec("mujoco_playground"), f"MuJoCo Playground is not installed: {install}")
-    task, _, impl = name.partition(":")
-    impl = impl or "jax"  # Playground's default, warp, stepped CartpoleBalance 17x slower on a 2-core CPU
-    require(impl in PLAYGROUND_IMPLS, f"--env-id playground/{name}: the backend after ':' is one of "
-            f"{', '.join(PLAYGROUND_IMPLS)}, not {impl!r}")  # fmt: skip
     keep_mujoco_log_on_console()
     from flax import struct
     from gymnax.environments import environment, spaces
@@ -917,7 +910,7 @@ def playground_suite(name: str) -> EnvSpec:
             f"it loads (locomotion, manipulation); offline only DM Control's run: {valid}")  # fmt: skip
     require(task in registry.dm_control_suite.ALL_ENVS,
             f"--env-id playground/{task} is not a DM Control task of Playground; valid: {valid}")  # fmt: skip
-    raw = registry.load(task, config_overrides={"impl": impl})
+    raw = registry.load(task, config_overrides={"impl": "jax"})  # MJX in JAX (Playground's default: warp)
 
     # its State (an mjx.Data, obs, reward, done, metrics, info with its rng) as its leaves: flax's checkpoints
     # cannot serialize an mjx.Data, and the structure rebuilds it
