@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -38,6 +39,14 @@ def run_args(module: ModuleType, run_dir: Path) -> Any:
 def load_script(name: str) -> ModuleType:
     """The script vibe_rl/{name}.py, imported from the installed package (pip install -e .)."""
     return importlib.import_module(f"vibe_rl.{name}")
+
+
+def load_file(path: Path, name: str) -> ModuleType:
+    """A Python file that is not in a package (benchmark/peers/*.py), executed as the module name."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def session_cache() -> list[str]:

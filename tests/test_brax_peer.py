@@ -3,7 +3,6 @@ flags (fast, no training); the slow test runs the runner on a tiny PPO budget.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -13,17 +12,14 @@ import sys
 import jax
 import numpy as np
 import pytest
-from _helpers import ROOT
+from _helpers import ROOT, load_file
 
 RUNNER = ROOT / "benchmark" / "peers" / "brax_train.py"
 
 
 @pytest.fixture(scope="module")
 def runner():
-    spec = importlib.util.spec_from_file_location("brax_train", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(RUNNER, "brax_train")
 
 
 def test_device_put_replicated_stacks_every_leaf_on_the_pmap_axis(runner):

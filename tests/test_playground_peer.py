@@ -16,7 +16,7 @@ from pathlib import Path
 
 import mujoco
 import pytest
-from _helpers import ROOT, session_cache, subprocess_env
+from _helpers import ROOT, load_file, session_cache, subprocess_env
 
 pytest.importorskip("mujoco_playground")  # the optional extra `playground` (playground==0.2.0)
 RUNNER = ROOT / "benchmark" / "peers" / "playground_brax.py"
@@ -24,10 +24,7 @@ RUNNER = ROOT / "benchmark" / "peers" / "playground_brax.py"
 
 @pytest.fixture(scope="module")
 def runner():
-    spec = importlib.util.spec_from_file_location("playground_brax", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(RUNNER, "playground_brax")
 
 
 def test_the_flags_are_set_on_playgrounds_config(runner):

@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 import sys
 
-from _helpers import ROOT
+from _helpers import ROOT, load_file
 
 sys.path.insert(0, str(ROOT))  # the harness is a package of the repository, not installed
 speed = importlib.import_module("benchmark.speed")
@@ -40,9 +40,7 @@ def test_peer_flags_are_flags_the_runners_take():
         "0.00025",
     ]
     path = ROOT / "benchmark" / "peers" / "common.py"  # numpy only at the top: loads here
-    spec = importlib.util.spec_from_file_location("peers_common", path)
-    common = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(common)
+    common = load_file(path, "peers_common")
     assert {name.replace("_", "-") for name in speed.RNN_PEER_FLAGS} <= set(common.PPO_FLAGS)
     # rejax_td3.py imports rejax (the peers venv): read its flag table from the source
     tree = ast.parse((ROOT / "benchmark" / "peers" / "rejax_td3.py").read_text())
