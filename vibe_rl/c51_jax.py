@@ -44,7 +44,7 @@ import optax
 class Args:
     # C51 (CleanRL c51_jax.py's defaults: they solve CartPole-v1)
     env_id: str = "CartPole-v1"
-    """the id of the gymnax environment (discrete actions)"""
+    """the id of the environment (discrete actions): a gymnax id, or craftax/<name> (Craftax, symbolic)"""
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     n_atoms: int = 101

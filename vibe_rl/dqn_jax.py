@@ -51,7 +51,7 @@ class Args:
     # DQN: CleanRL dqn_jax.py's defaults but two, which a --sweep on CartPole-v1 chose (docs/dqn_jax.md,
     # "Defaults"): Double DQN and a learning rate of 1e-4 (CleanRL: 2.5e-4, plain DQN's max target)
     env_id: str = "CartPole-v1"
-    """the id of the gymnax environment (discrete actions)"""
+    """the id of the environment (discrete actions): a gymnax id, or craftax/<name> (Craftax, symbolic)"""
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 1e-4

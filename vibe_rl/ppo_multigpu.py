@@ -73,7 +73,8 @@ from flax.linen.initializers import constant, orthogonal
 class Args:
     # PPO (CleanRL ppo.py's defaults: they solve CartPole-v1)
     env_id: str = "CartPole-v1"
-    """the id of the environment: a gymnax id, or brax/<name> for a Brax MuJoCo task"""
+    """the id of the environment: a gymnax id, brax/<name> (Brax MuJoCo), craftax/<name> (Craftax,
+    symbolic) or playground/<Task> (DeepMind Control Suite, MuJoCo Playground)"""
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 2.5e-4

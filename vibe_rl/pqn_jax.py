@@ -56,7 +56,7 @@ from flax.linen.initializers import he_normal, lecun_normal
 class Args:
     # PQN (purejaxql's CartPole configuration, docs/pqn_jax.md: they solve CartPole-v1)
     env_id: str = "CartPole-v1"
-    """the id of the gymnax environment (discrete actions)"""
+    """the id of the environment (discrete actions): a gymnax id, or craftax/<name> (Craftax, symbolic)"""
     total_timesteps: int = 500_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 1e-4

@@ -51,7 +51,8 @@ class Args:
     # SAC (CleanRL sac_continuous_action.py's defaults, except env_id, total_timesteps and
     # buffer_size: docs/sac_jax.md says why)
     env_id: str = "Pendulum-v1"
-    """the id of the environment (continuous actions): a gymnax id, or brax/<name> for a Brax MuJoCo task"""
+    """the id of the environment (continuous actions): a gymnax id, brax/<name> (Brax MuJoCo) or
+    playground/<Task> (DeepMind Control Suite, MuJoCo Playground)"""
     total_timesteps: int = 50_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     num_envs: int = 1

@@ -55,7 +55,8 @@ class Args:
     # TD3 (CleanRL td3_continuous_action_jax.py's defaults, except env_id, total_timesteps,
     # buffer_size and learning_starts: docs/td3_jax.md says why)
     env_id: str = "Pendulum-v1"
-    """the id of the environment (continuous actions): a gymnax id, or brax/<name> for a Brax MuJoCo task"""
+    """the id of the environment (continuous actions): a gymnax id, brax/<name> (Brax MuJoCo) or
+    playground/<Task> (DeepMind Control Suite, MuJoCo Playground)"""
     total_timesteps: int = 50_000
     """total environment steps of the training, per seed (rounded down to whole iterations)"""
     learning_rate: float = 3e-4
