@@ -26,8 +26,10 @@ With --chunk-overhead, the whole training at CleanRL's config three ways (best o
   single    jit(vmap(make_train(args))): the whole training as one program
   one_chunk the harness's run_chunk with all iterations in one call (its lax.cond per iteration, no
             host trips)
-  chunked   what the CLI runs: run_chunk once per chunk of plan_chunks(num_iterations, --num-chunks), each
-            followed by the host copy, the non-finite check and save_checkpoint (no logging)
+  chunked   run_chunk once per chunk of plan_chunks(num_iterations, --num-chunks), each followed by a host
+            copy of the state, the non-finite check and save_checkpoint, in this thread (no logging): the
+            driver before it wrote in a thread and checkpointed at --checkpoint-frequency (its cost now:
+            benchmark.driver_overhead)
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ def chunk_overhead(total_timesteps: int, num_chunks: int, repeats: int) -> dict:
     chunk, whole = compiled_chunk(iterations_per_chunk), compiled_chunk(algo.num_iterations)
     run_dir = Path(tempfile.mkdtemp(prefix="dqn_speed_"))
 
-    def chunked():  # the harness's train_chunks without the logging
+    def chunked():  # the earlier driver's work between chunks, without the logging
         state = init(keys)
         for index in range(chunks):
             first = index * iterations_per_chunk

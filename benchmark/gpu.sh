@@ -16,9 +16,11 @@
 # own packages are used. A smoke run with GPU_INSTALL=1 and a Python 3.12 venv holding jax 0.11.2
 # and the GPU image's other packages checks the wheels install and import (docs/gpu.md).
 #
-# Steps, run in this order: a, e, i, k, c, h, b, d, f, g, j, l, n, m (GPU_STEPS=a,b,... picks some;
+# Steps, run in this order: a, o, e, i, k, c, h, b, d, f, g, j, l, n, m (GPU_STEPS=a,b,... picks some;
 # default all):
 #   a  device check, wheel install, import check
+#   o  the driver's host work per chunk (python -m benchmark.driver_overhead): PPO CartPole at 1, 8,
+#      64 and 256 seeds, DQN's 1M buffer at 1 and 8, against the chunk's compute
 #   e  pqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 500k steps
 #   i  dqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 200k steps
 #   k  ppo_jax_scan Breakout-MinAtar, the suite's CNN config, 10M steps, 3 seeds, evaluated every 2M
@@ -54,7 +56,7 @@ mkdir -p "$OUT"
 SMOKE=${GPU_SMOKE:-0}
 DEADLINE=${GPU_DEADLINE_S:-540}
 [ "$SMOKE" = 1 ] && DEADLINE=${GPU_DEADLINE_S:-3600}
-STEPS=${GPU_STEPS:-a,b,c,d,e,f,g,h,i,j,k}
+STEPS=${GPU_STEPS:-a,b,c,d,e,f,g,h,i,j,k,o}
 PY=${PYTHON:-python3}
 PEERS_PY=${PEERS_PYTHON:-$PY}
 RUNS=${GPU_RUNS_DIR:-/tmp/runs}
@@ -94,7 +96,7 @@ fi
 if [ "$SMOKE" = 1 ]; then
     CEIL_STEPS=50
     T4=1024; T2048=262144; T8192=1048576      # 2 iterations at 4 envs, 1 at 2048 and 8192
-    TSEEDS=512
+    TSEEDS=512; TDQN_BUFFER=2048
     TPQN=2048; TSAC=6000; TDQN=16000; TCNN=16384
     EPQN=1024; EDQN=8000; ECNN=8192           # an evaluation every half of the budget
     BRAX_ENVS=64; TBRAX=20480                 # 64 envs x 160 steps, two iterations
@@ -107,7 +109,7 @@ else
     T4=250000                                 # half ppo_jax_scan's default budget (steps/s only)
     T2048=${GPU_T2048:-16777216}              # 64 iterations of 2048 x 128
     T8192=${GPU_T8192:-33554432}              # 32 iterations of 8192 x 128
-    TSEEDS=250000
+    TSEEDS=250000; TDQN_BUFFER=50000
     TPQN=3500000; EPQN=500000                 # the suite's Breakout-MinAtar budget; evaluations
     TSAC=20000                                # the suite's Pendulum-v1 50k cut to a steps/s measurement
     TDQN=${GPU_TDQN:-1200000}; EDQN=200000    # the suite's Breakout-MinAtar budget
@@ -180,6 +182,7 @@ summarize() {
             next
         }
         /^final training return/ { f++; fs += $4; if (f <= 4) fr[f] = $0; next }
+        /^\| |^PPO CartPole, /{ if (++k <= 40) print; next }
         /^trained |env steps\/s|^compiled|^repeat |^note:|^stopped|Traceback|Error|error:/ { if (++k <= 40) print; next }
         /^\[[#-]+\].*\| eval / { if (++k <= 40) print }
         /^\[[#-]+\]/ { last = $0 }
@@ -225,6 +228,10 @@ import mujoco.mjx
 print("ours:", jax.__version__, jax.default_backend(), "gymnax", importlib.metadata.version("gymnax"), "mujoco", mujoco.__version__, "flax", flax.__version__, "optax", optax.__version__)'
 run_step a imports_peers 120 peers "$PEERS_PY" -c 'import importlib.metadata as m, jax, gymnax, distrax, flax, optax
 print("peers: jax", jax.__version__, "gymnax", m.version("gymnax"), "distrax", m.version("distrax"))'
+
+# -------------------------------------------- o: the driver's host work between chunks --
+run_step o driver_overhead 240 ours "$PY" -m benchmark.driver_overhead --ppo-steps "$TSEEDS" \
+    --dqn-steps "$TDQN_BUFFER"
 
 # ----------------------------------------------------- e: PQN, Breakout-MinAtar (suite) --
 run_step e pqn_breakout 150 ours "$PY" vibe_rl/pqn_jax.py --env-id Breakout-MinAtar --total-timesteps "$TPQN" \

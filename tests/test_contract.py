@@ -721,9 +721,59 @@ def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeyp
     few_chunks = [*SCRIPTS["ppo_jax_scan"].run, "--num-chunks", "4", "--output-dir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *few_chunks, *session_cache()])
     module.main()
-    # 30 iterations in 4 chunks of 8: dispatch 0, dispatch 8, checkpoint 8, dispatch 16, ...
-    assert events == [("dispatch", 0), ("dispatch", 8), ("checkpoint", 8), ("dispatch", 16),
-        ("checkpoint", 16), ("dispatch", 24), ("checkpoint", 24), ("checkpoint", 30)]  # fmt: skip
+    # 30 iterations in 4 chunks of 8, each past a tenth of the run: every chunk end checkpoints, after
+    # the next chunk is dispatched (the writer thread's checkpoint may come after a later dispatch too)
+    assert sorted(events) == [("checkpoint", 8), ("checkpoint", 16), ("checkpoint", 24), ("checkpoint", 30),
+        ("dispatch", 0), ("dispatch", 8), ("dispatch", 16), ("dispatch", 24)]  # fmt: skip
+    for done in (8, 16, 24):
+        assert events.index(("dispatch", done)) < events.index(("checkpoint", done)), events
+
+
+@pytest.mark.parametrize(
+    ("every", "saved"),
+    [
+        (None, [8, 16, 24, 30]),  # the default, a tenth of the run (192 steps): every chunk end
+        (64 * 20, [24, 30]),  # the first chunk end past 20 iterations, and the end
+        (10**12, [30]),  # none before the end
+    ],
+)
+def test_the_state_leaves_the_device_only_for_a_checkpoint(every, saved, tmp_path, monkeypatch):
+    """--checkpoint-frequency N (env steps) checkpoints at the first chunk end past each multiple of N,
+    and always at the end; the metrics come to the host after every chunk, the state only for a
+    checkpoint (the chunk checks it for non-finite values on the device). 30 iterations of 64 steps
+    in 4 chunks of 8."""
+    module, checkpoints, states_moved = load_script("ppo_jax_scan"), [], []
+    save_checkpoint, to_host, compile_chunk = module.save_checkpoint, module.to_host, module.compile_chunk
+    state_type: list[type] = []  # the state's NamedTuple, as the chunk is compiled for it
+
+    def recording_compile_chunk(run: Any, state: Any) -> Any:
+        state_type.append(type(state))
+        return compile_chunk(run, state)
+
+    def recording_save_checkpoint(run_dir: Path, iterations_done: int, *rest: Any) -> None:
+        checkpoints.append(iterations_done)
+        save_checkpoint(run_dir, iterations_done, *rest)
+
+    def recording_to_host(tree: Any) -> Any:
+        states_moved.append(isinstance(tree, tuple(state_type)))
+        return to_host(tree)
+
+    monkeypatch.setattr(module, "compile_chunk", recording_compile_chunk)
+    monkeypatch.setattr(module, "save_checkpoint", recording_save_checkpoint)
+    monkeypatch.setattr(module, "to_host", recording_to_host)
+    frequency = [] if every is None else ["--checkpoint-frequency", str(every)]
+    few_chunks = [
+        *SCRIPTS["ppo_jax_scan"].run,
+        "--num-chunks",
+        "4",
+        *frequency,
+        "--output-dir",
+        str(tmp_path),
+    ]
+    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *few_chunks, *session_cache()])
+    module.main()
+    assert checkpoints == saved
+    assert sum(states_moved) == len(saved), states_moved  # one transfer of the state per checkpoint
 
 
 @pytest.mark.parametrize(("name", "chunk_level"), [("ppo_jax_scan", 1), ("dqn_jax", None)])

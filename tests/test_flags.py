@@ -38,7 +38,15 @@ SCRIPTS = (
 )
 
 # the run and machine flags, checked by the harness below the banner (their checks change there)
-HARNESS_FLAGS = {"seed", "num_seeds", "num_chunks", "eval_episodes", "eval_frequency", "cpu_devices"}
+HARNESS_FLAGS = {
+    "seed",
+    "num_seeds",
+    "num_chunks",
+    "eval_episodes",
+    "eval_frequency",
+    "checkpoint_frequency",
+    "cpu_devices",
+}
 # sizes whose huge value the harness's memory (or overflow) estimate refuses, not the algorithm
 MEMORY_FLAGS = {"total_timesteps", "hidden_size", "buffer_size"}
 

@@ -95,7 +95,7 @@ def train_on(out_dir: Path, name: str) -> dict[str, np.ndarray]:
     chunk = ppo.compile_chunk(run, state)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.hlo.txt").write_text(chunk.as_text())
-    state, metrics = chunk(state, np.int32(0))
+    state, metrics, _ = chunk(state, np.int32(0))  # ChunkOutput: state, metrics, finite
     kernel = state.params.actor["params"]["Dense_1"]["kernel"]  # [slots, 4, 64]: the first layer
     assert kernel.sharding.spec == (ppo.P("seeds", None, "data") if fsdp else ppo.P("seeds")), kernel.sharding
     assert state.obs.sharding.spec == ppo.P("seeds", "data")

@@ -1,14 +1,17 @@
 """benchmark/speed.py's pure pieces: the rnn and td3 settings, their budgets, the flags each side
-gets, and their rows of the table. Nothing here runs a peer or times anything."""
+gets, and their rows of the table (nothing runs a peer or times anything); benchmark.driver_overhead's
+output, from a tiny run."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import importlib.util
+import re
+import subprocess
 import sys
 
-from _helpers import ROOT, load_file
+from _helpers import ROOT, load_file, session_cache
 
 sys.path.insert(0, str(ROOT))  # the harness is a package of the repository, not installed
 speed = importlib.import_module("benchmark.speed")
@@ -67,3 +70,23 @@ def test_table_has_the_rnn_and_td3_rows():
     assert "| TD3 training, rejax's Pendulum-v1 config, one jit | 1.00 s | rejax 4.00 s | 0.25 |" in text
     assert "vibe_rl 5.00 s, rejax 7.00 s" in text
     assert "PPO-GRU" not in speed.table({"rnn": {"vibe_rl": variant(3.0, 10.0)}})  # no peer: no row
+
+
+def test_driver_overhead_prints_the_pieces_and_the_bar_line():
+    """benchmark.driver_overhead with one --num-seeds: a table row of the pieces, then the bar's line
+    with both numbers (a reduced budget: 2 seeds, 8 PPO iterations, one repeat; no figure is checked)."""
+    command = [sys.executable, "-m", "benchmark.driver_overhead", "--num-seeds", "2", "--ppo-steps", "4096",
+               "--repeats", "1", *session_cache()]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    row = next(line for line in lines if line.startswith("| PPO CartPole | 2 |"))
+    assert len(row.strip("|").split("|")) == 15 and "nan" not in row, row
+    last = re.fullmatch(
+        r"PPO CartPole, 2 seeds: host work ([\d.]+) ms per chunk that checkpoints; "
+        r"not overlapped ([\d.]+) ms per chunk = ([\d.]+)% of the chunk's compute \(([\d.]+) ms\); "
+        r"the bar, at most 10%: (met|NOT met)",
+        lines[-1],
+    )
+    assert last and float(last[1]) > 0 and float(last[4]) > 0, lines[-1]
+    assert (last[5] == "met") == (float(last[3]) <= 10), lines[-1]

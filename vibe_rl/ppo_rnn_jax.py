@@ -130,7 +130,9 @@ class Args:
     resume: str | None = None
     """continue the run stored in this run directory from its newest readable checkpoint"""
     num_chunks: int = 10
-    """the training runs as this many compiled chunks; logs and checkpoints between them"""
+    """the training runs as this many compiled chunks; logs between them"""
+    checkpoint_frequency: int = 0
+    """checkpoint every this many env steps, at chunk ends (0: a tenth of the run); the end and a stop too"""
     eval_episodes: int = 32
     """episodes of each deterministic evaluation (run in parallel)"""
     eval_frequency: int = 0
@@ -841,6 +843,7 @@ def make_algorithm(args: Args) -> Algorithm:
 # (the contract with the algorithm above); its one source is the repository's tests/harness.py.
 
 import atexit
+import collections
 import contextlib
 import fcntl
 import gc
@@ -1275,7 +1278,8 @@ def with_hyperparameters(args: Args, hyper: Hyperparameters) -> Args:
 MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
 # Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
-    "capture_video", "save_model", *getattr(Args, "resume_may_change", ())}  # fmt: skip
+    "capture_video", "save_model", "checkpoint_frequency",
+    *getattr(Args, "resume_may_change", ())}  # fmt: skip
 SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
 EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
 RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
@@ -1398,7 +1402,7 @@ def open_runs(args: Args) -> list[Run]:
     """Check the flags and every configuration of --sweep, group the configurations by their static flags
     (one program each) and plan the chunks; on --resume, find and lock the runs' directories."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
-    require_positive(args, "cpu_devices", "eval_frequency", at_least=0)
+    require_positive(args, "cpu_devices", "eval_frequency", "checkpoint_frequency", at_least=0)
     require(args.num_seeds <= 2**20, f"--num-seeds must be at most 2^20, got {args.num_seeds}")
     seeds = list(range(args.seed, args.seed + args.num_seeds))
     require(seeds[0] >= -(2**31) and seeds[-1] < 2**31, "--seed: every seed of the run lies in [-2^31, 2^31)")
@@ -1670,12 +1674,25 @@ def achievement_metrics(spec: EnvSpec, pooled: Pooled, metrics: Any) -> Any:
     )
 
 
-def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], tuple[Any, Any]]:
-    """jit(vmap(run_chunk)), compiled once for every chunk (its state not donated: slower on XLA CPU)."""
+class ChunkOutput(NamedTuple):  # one chunk of every run, as its compiled program returns it
+    state: Any  # leaves [slots, ...]
+    metrics: Any  # each logged tag, leaves [slots, I] (NaN for the iterations past the end)
+    finite: jax.Array  # [slots] bool: the model's parameters are all finite (checked on the device)
+
+
+def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput]:
+    """jit(vmap(run_chunk)), compiled once for every chunk (its state not donated: slower on XLA CPU). It
+    checks the parameters for non-finite values itself, so the state leaves the device only to be saved."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
-    start, per_seed = time.perf_counter(), functools.partial(run_chunk, run.algo, run.iterations_per_chunk)
-    jit = {"in_shardings": (shardings, replicated), "out_shardings": (shardings, by_seed)}
+    all_finite = lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
+
+    def per_seed(state: Any, first: jax.Array) -> ChunkOutput:
+        state, metrics = run_chunk(run.algo, run.iterations_per_chunk, state, first)
+        return ChunkOutput(state, metrics, all_finite(run.algo.model(state)))
+
+    start = time.perf_counter()
+    jit = {"in_shardings": (shardings, replicated), "out_shardings": ChunkOutput(shardings, by_seed, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), **jit)
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
@@ -1701,75 +1718,108 @@ def wait_for(tree: Any) -> Any:
 
 
 def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
-    """The chunks from iteration `done`. While one runs, the driver writes out the one before (non-finite
-    check, logs, checkpoints, evaluations, progress). On a stop signal it dispatches no more, writes out the
-    chunk done and exits. It never exits while a chunk computes: Python's teardown under it can crash."""
+    """The chunks from iteration `done`. As soon as chunk k is done, chunk k+1 is dispatched; then chunk k's
+    results come to the host (its metrics; an evaluation at an evaluation point; the state where a checkpoint
+    is due) and a writer thread writes them out, in order, while the chunks go on. A write's error stops the
+    run. On non-finite parameters, a stop signal or the evaluation failing to compile, the driver dispatches
+    no more, waits for the writes and exits; it never exits while a chunk computes (Python's teardown under
+    it can crash). Transfers stay in this thread: with several processes each is a collective."""
     algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
-    per_iteration, tags, num_runs = algo.env_steps_per_iteration, logged_tags(algo).items(), len(run.seeds)
+    per_iteration, num_runs = algo.env_steps_per_iteration, len(run.seeds)
     total, at_start = algo.num_iterations * per_iteration, done * per_iteration
+    save_every = run.args.checkpoint_frequency or math.ceil(total / 10)  # env steps between checkpoints
     finished = done == algo.num_iterations
     loggers = [RunLogger(d, run.args, at_start, finished) for d in run.dirs] if is_main_process() else []
+    writer, writes = ThreadPoolExecutor(max_workers=1), collections.deque()  # the writes not yet waited for
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done))  # done ends a chunk (a finished run's: all its iterations skip)
-    evaluation = None  # the latest one: the training's end (none when a finished run is resumed)
+    evaluation, saved = None, at_start  # the latest evaluation (none when a finished run is resumed)
     try:
         for index in range(math.ceil(done / per_chunk), run.num_chunks):  # a finished run's last may be short
-            (state, metrics), first = wait_for(in_flight), index * per_chunk
+            output, first = wait_for(in_flight), index * per_chunk
+            num_valid = min(per_chunk, algo.num_iterations - first)
+            began, step, state = first * per_iteration, (first + num_valid) * per_iteration, output.state
+            due = step == total or every and step // every > began // every  # an evaluation point
+            failed = evaluate.exception() if due or evaluate.done() else None  # its compile (a thread) failed
+            if due and failed is None:  # dispatched before the next chunk: its result waits for it alone
+                evaluation = evaluate.result()(state)
             signalled = to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks  # to any process
             if index + 1 < run.num_chunks and not signalled:
                 in_flight = chunk(state, np.int32(first + per_chunk))
-            num_valid = min(per_chunk, algo.num_iterations - first)
-            # [S, I]: the real seeds (not the padding), the iterations that ran
-            metrics = jax.tree.map(lambda x: x[:num_runs, :num_valid], to_host(metrics))  # noqa: B023
             sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
-            host_state, began, step = (
-                to_host(state),
-                first * per_iteration,
-                (first + num_valid) * per_iteration,
-            )
-            if not all(np.isfinite(x).all() for x in jax.tree.leaves(algo.model(host_state))):
+            if not to_host(output.finite)[:num_runs].all():
+                settle(writes, keep=0)  # the checkpoints before it are on disk
                 kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
                 sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
-            evals, due = {}, step == total or every and step // every > began // every  # an evaluation point
-            failed = (
-                evaluate.exception() if due or evaluate.done() else None
-            )  # its compile (in a thread) failed
-            if due and failed is None:  # every seed's mean return
-                evaluation = wait_for(evaluate.result()(state))
-                evals["eval/episodic_return"] = (
-                    to_host(evaluation.returns).astype(np.float64).mean(-1)
-                )  # [slots]
-            for i, logger in enumerate(loggers):
-                rows = [{tag: float(getattr(metrics, m)[i, j]) for m, tag in tags} for j in range(num_valid)]
-                rows[-1] |= {"charts/SPS": sps} | {
-                    tag: float(x[i]) for tag, x in evals.items()
-                }  # once per chunk
-                logger.write([((first + j + 1) * per_iteration, row) for j, row in enumerate(rows)])
-                save_checkpoint(run.dirs[i], first + num_valid, step, seed_slice(host_state, i))
-            recent = metrics.episodic_return[
-                :, -max(1, num_valid // 4) :
-            ]  # [S, I/4]: the chunk's last quarter
+            evals = {}  # every run's mean return [S]
+            if due and failed is None:
+                returns = to_host(evaluation.returns)[:num_runs]  # [S, E]
+                evals["eval/episodic_return"] = returns.astype(np.float64).mean(-1)
+            last = index + 1 == run.num_chunks or signalled or failed is not None
+            host_state = None
+            if last or step // save_every > saved // save_every:  # a checkpoint: one host copy of the state
+                settle(writes, keep=0)
+                host_state, saved = to_host(state), step
+            # [S, I]: the real runs (not the padding), the iterations that ran
+            metrics = jax.tree.map(lambda x: x[:num_runs, :num_valid], to_host(output.metrics))  # noqa: B023
+            recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the last quarter
             latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
             bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
             line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
-            evals_seen = "".join(f" | eval {np.mean(x[:num_runs]):.2f}" for x in evals.values())
-            say(f"{line} | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s")
-            if (
-                failed is not None
-            ):  # this chunk's logs and checkpoints are written: a resume goes on from them
+            evals_seen = "".join(f" | eval {np.mean(x):.2f}" for x in evals.values())
+            line += f" | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s"
+            rows = ChunkRows(first, num_valid, metrics, sps, evals, step, host_state)
+            writes.append(writer.submit(write_chunk, run, loggers, rows, line))
+            settle(writes, keep=0 if last else WRITES_BEHIND)  # a write's error is raised here
+            if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
                 sys.exit(cannot_evaluate(failed, step))
             if signalled:
                 command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
                 say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
                 sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
     except BaseException:
+        writer.shutdown(wait=True, cancel_futures=True)  # the writes before the error finish
         for logger in loggers:
             logger.close()
         wait_for(in_flight)
         raise
+    writer.shutdown()
     steps, took = total - at_start, time.perf_counter() - start
     say(f"trained {steps:,} steps x {how_many(run)} in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
     return state, loggers, evaluation
+
+
+WRITES_BEHIND = 4  # chunks whose outputs may wait to be written; a checkpoint waits for all before it
+
+
+def settle(writes: collections.deque, keep: int) -> None:
+    """Wait until at most `keep` of the writer's jobs (oldest first) are unfinished; raise a job's error."""
+    while writes and (len(writes) > keep or writes[0].done()):
+        writes.popleft().result()
+
+
+class ChunkRows(NamedTuple):  # what the writer needs of one chunk, on the host
+    first: int  # the chunk's first iteration
+    num_valid: int  # I: its iterations that ran
+    metrics: Any  # leaves [S, I]
+    sps: float  # logged at the chunk's last step, with the evaluations
+    evals: dict[str, np.ndarray]  # tag -> [S]
+    step: int  # the env steps done at its end
+    state: Any  # every run's state, leaves [slots, ...], where a checkpoint is due; else None
+
+
+def write_chunk(run: Run, loggers: list[RunLogger], rows: ChunkRows, line: str) -> None:
+    """Each run's rows (TensorBoard, metrics.jsonl) and its checkpoint, then the progress line."""
+    per_iteration, tags = run.algo.env_steps_per_iteration, logged_tags(run.algo).items()
+    for i, logger in enumerate(loggers):
+        points = [
+            {tag: float(getattr(rows.metrics, m)[i, j]) for m, tag in tags} for j in range(rows.num_valid)
+        ]
+        points[-1] |= {"charts/SPS": rows.sps} | {tag: float(x[i]) for tag, x in rows.evals.items()}
+        logger.write([((rows.first + j + 1) * per_iteration, point) for j, point in enumerate(points)])
+        if rows.state is not None:
+            save_checkpoint(run.dirs[i], rows.first + rows.num_valid, rows.step, seed_slice(rows.state, i))
+    say(line)
 
 
 def cannot_evaluate(error: BaseException, step: int) -> str:  # the line a run exits with, checkpoints kept
@@ -1793,7 +1843,7 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
             write_atomic(self.jsonl, "".join(kept).encode())
             if torn:
                 say(f"{self.jsonl}: left out {torn} line(s) that did not read (a write cut short)")
-        # tensorboardX's event file, written in this thread (SummaryWriter pickles each event to another)
+        # tensorboardX's event file, written by the driver's writer (SummaryWriter pickles each to a queue)
         self.events = EventsWriter(f"{run_dir}/events")
         if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
             self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
