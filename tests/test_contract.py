@@ -511,8 +511,9 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     TensorBoard, metrics.jsonl, the plot, eval.json, the checkpoints, the model (which
     evaluate_saved_model reads back), the video and (ppo_jax_scan) the wandb mirror. Then the
     same run stopped by Ctrl-C or SIGTERM: it finishes the chunk in flight, checkpoints and
-    exits 128 + the signal; its directories are moved, seed 1's is renamed, and --resume
-    continues it to the uninterrupted run's bits, its evaluation curve (--eval-frequency)
+    exits 128 + the signal; its directories are moved, seed 1's is renamed, and --resume (without
+    --cpu-devices: the run's 2 devices, where the default would give 3 seeds 3) continues it to the
+    uninterrupted run's bits, its evaluation curve (--eval-frequency)
     included. The same seeds on 1 device end the same, to float tolerance. Last, a corrupt
     newest checkpoint: the resume falls back to the one before it."""
     module, contract = load_script(script), SCRIPTS[script]

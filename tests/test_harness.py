@@ -162,3 +162,26 @@ def test_on_an_accelerator_the_chunks_start_once_the_evaluation_has_compiled(tmp
     assert exit_of_main_or_none(module, budget, monkeypatch) is None
     assert compiled_at_start == [True]
     assert (only_run_dir(tmp_path) / "eval.json").is_file()
+
+
+def test_with_no_accelerator_the_runs_fill_the_cpu_devices_without_a_padded_slot(monkeypatch):
+    """One CPU device per core, unless the runs do not divide among the cores: then the fewest devices, up
+    to twice the cores, that hold them unpadded (3 seeds on 2 cores: 3 devices, not 2 with a 4th slot).
+    start_jax counts one program's runs, a sweep's configurations x seeds; --cpu-devices overrides it."""
+    module = load_script("ppo_jax_scan")
+    count = module.cpu_device_count
+    assert [count(runs, 2) for runs in (1, 2, 3, 4, 5, 6, 9)] == [2, 2, 3, 2, 2, 2, 3]
+    assert [count(runs, 4) for runs in (3, 6, 7, 10, 12)] == [4, 6, 7, 5, 4]
+    chosen: dict[str, Any] = {}
+    monkeypatch.setattr(module.jax.config, "update", lambda name, value: chosen.update({name: value}))
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "")
+
+    def devices(**flags: Any) -> int:
+        module.start_jax(module.Args(jax_cache_dir="", **flags))
+        return chosen.pop("jax_num_cpu_devices")
+
+    assert devices(num_seeds=3) == 3
+    assert devices(num_seeds=4) == 2
+    assert devices(num_seeds=1, sweep=("learning_rate=1e-3,3e-4,1e-4",)) == 3
+    assert devices(num_seeds=3, cpu_devices=1) == 1

@@ -138,7 +138,7 @@ class Args:
     eval_frequency: int = 0
     """also evaluate every this many env steps during training, at chunk ends (0: only at the end)"""
     cpu_devices: int = 0
-    """CPU devices JAX exposes with no accelerator, the seeds sharded over them (0: one per core; max 1024)"""
+    """CPU devices with no accelerator, seeds sharded on them (0: a core each, more if seeds do not divide)"""
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
 
@@ -1273,8 +1273,8 @@ def with_hyperparameters(args: Args, hyper: Hyperparameters) -> Args:
     return replace(args, **hyper._asdict())
 
 
-# Flags of the machine a run happens to run on, never read back from a run's args.json; a script's own
-# (ppo_multigpu's --distributed, ...) are its Args.machine_flags.
+# Flags of the machine a run happens to run on, not read back from a run's args.json (a resume without
+# --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
 MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
 # Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
 RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
@@ -1307,7 +1307,8 @@ class Deferred(types.ModuleType):  # in sys.modules for a module: imports it whe
 
 
 def start_jax(args: Args) -> None:
-    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it)."""
+    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it): with no
+    accelerator, one CPU device per core (cpu_device_count) unless --cpu-devices says how many."""
     require(args.cpu_devices <= 1024, f"--cpu-devices must be at most 1024, got {args.cpu_devices}")
     for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
@@ -1318,7 +1319,16 @@ def start_jax(args: Args) -> None:
     if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         with contextlib.suppress(RuntimeError):  # JAX started already (main() called from Python)
-            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cores)  # seeds use every core
+            runs = len(programs(args)[0]) * args.num_seeds  # a program's runs: its configurations x seeds
+            jax.config.update("jax_num_cpu_devices", args.cpu_devices or cpu_device_count(runs, cores))
+
+
+def cpu_device_count(runs: int, cores: int) -> int:
+    """One CPU device per core; when the runs do not divide among the cores, the fewest devices up to twice
+    the cores that hold them with no padded slot. 3 seeds on 2 cores run on 3 devices, whose threads share
+    the cores, not 2 a device with a 4th slot computed and thrown away (docs/harness.md measures it)."""
+    unpadded = [count for count in range(cores, 2 * cores + 1) if runs % count == 0]
+    return unpadded[0] if runs > cores and unpadded else cores
 
 
 # Several processes (ppo_multigpu --distributed); with one, these are trivial. Process 0 alone writes the
@@ -1384,10 +1394,12 @@ def args_from_record(record: dict[str, Any], run_dir: Path) -> Args:
 
 
 def resume_args(given: Args) -> Args:
-    """With --resume, the run's own Args (its args.json); the flags given must agree with them."""
+    """With --resume, the run's own Args (its args.json); the flags given must agree with them. Without
+    --cpu-devices, the seeds lie on as many CPU devices as the run chose: the same bits on one machine."""
     if given.resume is None:
         return given
-    args, defaults = args_from_record(read_record(Path(given.resume)), Path(given.resume)), Args()
+    record, defaults = read_record(Path(given.resume)), Args()
+    args = args_from_record(record, Path(given.resume))
     for name in (f.name for f in fields(Args)):
         value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
         if name in RESUME_MAY_CHANGE and value != default:
@@ -1395,7 +1407,18 @@ def resume_args(given: Args) -> Args:
         flag = f"--{name.replace('_', '-')} {value}"
         ok = name in RESUME_MAY_CHANGE or value in (default, before)
         require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
+    if given.cpu_devices == defaults.cpu_devices and type(record.get("cpu_devices")) is int:
+        args.cpu_devices = record["cpu_devices"]
     return args
+
+
+def programs(args: Args) -> list[list[Args]]:
+    """The configurations of --sweep grouped by their static flags' values: one compiled program each."""
+    grouped: dict[tuple, list[Args]] = {}
+    for config in sweep_grid(args):
+        static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
+        grouped.setdefault(static, []).append(config)
+    return list(grouped.values())
 
 
 def open_runs(args: Args) -> list[Run]:
@@ -1413,11 +1436,7 @@ def open_runs(args: Args) -> list[Run]:
             wandb.login(verify=False)  # offline and disabled modes need no key
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
-    programs: dict[tuple, list[Args]] = {}  # the static flags' values -> their configurations
-    for config in sweep_grid(args):
-        static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
-        programs.setdefault(static, []).append(config)
-    runs = [plan_run(configs, seeds) for configs in programs.values()]
+    runs = [plan_run(configs, seeds) for configs in programs(args)]
     require(sum(len(run.configs) for run in runs) <= 2**20, "--sweep x --num-seeds: at most 2^20 runs")
     if args.resume is None:
         return runs
@@ -2233,8 +2252,8 @@ def main() -> None:
     previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
     args = tyro.cli(Args)
     try:  # every bad input is reported here, in one line, before anything compiles
-        start_jax(args)
-        runs = open_runs(args := resume_args(args))  # one per program: a sweep's static flags make several
+        start_jax(args := resume_args(args))
+        runs = open_runs(args)  # one per program: a sweep's static flags make several
         if args.sweep:
             configs = sum(len(run.configs) for run in runs) // args.num_seeds
             say(f"sweep: {configs} configurations x {args.num_seeds} seed(s), in {len(runs)} program(s)")
