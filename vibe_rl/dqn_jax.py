@@ -1037,8 +1037,8 @@ def start_jax(args: Args) -> None:
 
 def cpu_device_count(runs: int, cores: int) -> int:
     """One CPU device per core; when the runs do not divide among the cores, the fewest devices up to twice
-    the cores that hold them with no padded slot. 3 seeds on 2 cores run on 3 devices, whose threads share
-    the cores, not 2 a device with a 4th slot computed and thrown away (docs/harness.md measures it)."""
+    the cores that hold them with no padded slot: 3 seeds on 2 cores run on 3 devices, whose threads share
+    the cores, not on 2 with a 4th slot computed and thrown away (measured in docs/benchmarks.md)."""
     unpadded = [count for count in range(cores, 2 * cores + 1) if runs % count == 0]
     return unpadded[0] if runs > cores and unpadded else cores
 
