@@ -785,9 +785,9 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
     module, levels = load_script(name), []
     seeds_program = module.seeds_program
 
-    def recording(per_seed: Any, inputs: tuple, level: Any, axes: Any = (0,), **jit: Any) -> Any:
+    def recording(per_seed: Any, inputs: tuple, level: Any, *rest: Any, **jit: Any) -> Any:
         levels.append(level)
-        return seeds_program(per_seed, inputs, level, axes, **jit)
+        return seeds_program(per_seed, inputs, level, *rest, **jit)
 
     monkeypatch.setattr(module, "seeds_program", recording)
     run = module.open_runs(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))[0]
@@ -799,7 +799,8 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
 
 def test_a_lone_seed_runs_unbatched_and_keeps_its_seed_axis(monkeypatch):
     """One seed's program is per_seed on the inputs' only row, not a vmap of it (a batch of one trains
-    6-8% slower on XLA CPU: docs/benchmarks.md); unbatched inputs pass as they are. Two seeds vmap."""
+    6-8% slower on XLA CPU: docs/benchmarks.md); unbatched inputs pass as they are. Two seeds vmap (with
+    no mesh, or two to a device; one run per device is test_sweep's bitwise check)."""
     module, vmapped = load_script("ppo_jax_scan"), []
     vmap = jax.vmap
     monkeypatch.setattr(jax, "vmap", lambda *a, **k: vmapped.append(k) or vmap(*a, **k))

@@ -24,6 +24,7 @@ from _helpers import (
     exit_of_main,
     interrupt_after_compiling,
     load_script,
+    only_run_dir,
     read_events,
     run_script,
     start_script,
@@ -105,18 +106,18 @@ def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path
 
 @pytest.mark.parametrize("name, tiny", [("ppo_jax_scan", PPO_TINY), ("dqn_jax", DQN_TINY)])
 def test_a_sweeps_run_equals_its_configuration_run_alone(name, tiny, tmp_path):
-    """Two configurations x seed 1 on 2 devices, against the first configuration x seeds 1, 2 on 2 devices:
-    one run per device both times (the same layout), so run (first configuration, seed 1) is bitwise the
-    same. A replay buffer (dqn_jax) included."""
+    """Two configurations x seed 1 on 2 devices, against the first configuration x seed 1 alone: one run per
+    device, each device runs its run unbatched (seeds_program), as a run alone does, so run (first
+    configuration, seed 1) is bitwise the same. A replay buffer (dqn_jax) included."""
     module = load_script(name)
-    devices = ["--cpu-devices", "2", "--seed", "1"]
-    swept = run_script(name, *tiny, *devices, "--sweep", "learning_rate=1e-3,3e-4", "--output-dir",
-                       str(tmp_path / "sweep"))  # fmt: skip
-    alone = run_script(name, *tiny, *devices, "--learning-rate", "1e-3", "--num-seeds", "2", "--output-dir",
-                       str(tmp_path / "alone"))  # fmt: skip
+    swept = run_script(name, *tiny, "--cpu-devices", "2", "--seed", "1", "--sweep", "learning_rate=1e-3,3e-4",
+                       "--output-dir", str(tmp_path / "sweep"))  # fmt: skip
+    alone = run_script(name, *tiny, "--cpu-devices", "1", "--seed", "1", "--learning-rate", "1e-3",
+                       "--output-dir", str(tmp_path / "alone"))  # fmt: skip
     assert swept.returncode == 0 and alone.returncode == 0, swept.stderr + alone.stderr
+    assert "on 2 device(s)" in swept.stdout and "on 1 device(s)" in alone.stdout
     (a,) = [d for d in run_dirs(tmp_path / "sweep") if "learning_rate=0.001__1__" in d.name]
-    (b,) = [d for d in run_dirs(tmp_path / "alone") if d.name.split("__")[2] == "1"]
+    b = only_run_dir(tmp_path / "alone")
     assert tree_equal(read_state(module, a)[1], read_state(module, b)[1])
     (other,) = [d for d in run_dirs(tmp_path / "sweep") if "learning_rate=0.0003__1__" in d.name]
     assert not tree_equal(read_state(module, other)[1], read_state(module, b)[1])

@@ -1622,12 +1622,28 @@ pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slot
 seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
 
 
-def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes: Any = (0,), **jit: Any) -> Any:
-    """jit(vmap(per_seed)) over the mesh's "seeds" axis (the runs; one: unbatched), at XLA level `level`."""
-    lone = len(jax.tree.leaves(inputs[0])[0]) == 1  # a vmapped batch of one trains slower on XLA CPU
+def seeds_program(
+    per_seed: Callable,
+    inputs: tuple,
+    level: int | None,
+    axes: Any = (0,),
+    mesh: Mesh | None = None,
+    **jit: Any,
+) -> Any:
+    """jit(vmap(per_seed)) over the runs, split along the mesh's "seeds" axis, at XLA level `level`. One run,
+    or one on each device of a 1-D mesh: per_seed unbatched (a vmapped batch of one trains slower on XLA CPU,
+    up to 2x with layer norm: docs/benchmarks.md)."""
+    slots = len(jax.tree.leaves(inputs[0])[0])
     row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
     unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
-    program = unbatched if lone else jax.vmap(per_seed, axes, spmd_axis_name="seeds")
+    if slots == 1:
+        program = unbatched
+    elif mesh is not None and mesh.axis_names == ("seeds",) and mesh.size == slots:  # each device's own run
+        specs = tuple(P() if axis is None else P("seeds") for axis in axes)
+        # no collectives inside, so nothing to check (the check rejects a cond on a replicated operand)
+        program = jax.shard_map(unbatched, mesh=mesh, in_specs=specs, out_specs=P("seeds"), check_vma=False)
+    else:
+        program = jax.vmap(per_seed, axes, spmd_axis_name="seeds")
     lowered = jax.jit(program, **jit).lower(*inputs)
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
@@ -1686,7 +1702,7 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     strong = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), tree)
     init = lambda key, hyper: strong(run.algo.init(key)._replace(hyper=hyper))
     try:
-        program = seeds_program(init, (keys, hyper), RUNS_ONCE, (0, 0), out_shardings=shardings)
+        program = seeds_program(init, (keys, hyper), RUNS_ONCE, (0, 0), run.mesh, out_shardings=shardings)
         return jax.block_until_ready(program(keys, hyper))
     except jax.errors.JaxRuntimeError as error:  # an allocation the estimate let through
         raise ArgsError(f"the training state does not fit: {str(error).splitlines()[0]}") from None
@@ -1747,7 +1763,7 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput
     start = time.perf_counter()
     jit = {"in_shardings": (shardings, replicated), "out_shardings": ChunkOutput(shardings, by_seed, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
-    compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), **jit)
+    compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), run.mesh, **jit)
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
     where = f"{steps:,} env steps per seed, {how_many(run)} on {run.mesh.size} device(s)"
     say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
@@ -1758,7 +1774,7 @@ def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
     """state -> every seed's deterministic evaluation, leaves [slots, ...]."""
     key = jax.random.PRNGKey(EVAL_SEED)
     evaluate = lambda s: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
-    return seeds_program(evaluate, (state,), RUNS_ONCE)
+    return seeds_program(evaluate, (state,), RUNS_ONCE, mesh=run.mesh)
 
 
 # --- The driver: chunks, and the outputs written between them ----------------------------------
@@ -1988,7 +2004,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future,
         record = lambda s: (
             evaluate_episodes(algo, args.eval_episodes, algo.model(s), key, longest).first_episode
         )
-        videos = to_host(seeds_program(record, (state,), RUNS_ONCE)(state))
+        videos = to_host(seeds_program(record, (state,), RUNS_ONCE, mesh=run.mesh)(state))
     for i, (run_dir, config, seed, logger) in enumerate(
         zip(run.dirs, run.configs, run.seeds, loggers, strict=False)
     ):
