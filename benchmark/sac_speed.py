@@ -32,6 +32,7 @@ def measure(
     batch_size: int,
     num_seeds: int,
     repeats: int,
+    critic_layer_norm: bool = False,
 ) -> dict[str, float]:
     args = sac.Args(
         env_id=env_id,
@@ -42,11 +43,15 @@ def measure(
         hidden_size=hidden_size,
         batch_size=batch_size,
         buffer_size=max(2 * steps * num_envs, 1),
+        critic_layer_norm=critic_layer_norm,
     )
     algo = sac.make_algorithm(args)
     keys = jax.random.split(jax.random.PRNGKey(0), num_seeds)
-    state = jax.jit(jax.vmap(algo.init))(keys)
-    run_iteration = jax.jit(jax.vmap(algo.iteration, in_axes=(0, None)))
+    one = num_seeds == 1  # one seed unbatched, as the harness runs it (a vmapped batch of one is slower)
+    init = algo.init if one else jax.vmap(algo.init)
+    iteration = algo.iteration if one else jax.vmap(algo.iteration, in_axes=(0, None))
+    state = jax.jit(init)(keys[0] if one else keys)
+    run_iteration = jax.jit(iteration)
     state, _ = run_iteration(state, jnp.int32(0))  # a filled buffer for the learning iteration
     act_s = best_time(lambda: run_iteration(state, jnp.int32(0)), repeats)
     learn_s = best_time(lambda: run_iteration(state, jnp.int32(1)), repeats)
@@ -67,6 +72,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-seeds", type=int, default=1, help="seeds vmapped in one program")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--critic-layer-norm", action="store_true", help="the script's --critic-layer-norm")
     options = parser.parse_args()
     result = {
         "env_id": options.env_id,
@@ -74,6 +80,7 @@ def main() -> None:
         "hidden_size": options.hidden_size,
         "batch_size": options.batch_size,
         "num_seeds": options.num_seeds,
+        "critic_layer_norm": options.critic_layer_norm,
         "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
         **measure(
@@ -84,6 +91,7 @@ def main() -> None:
             options.batch_size,
             options.num_seeds,
             options.repeats,
+            options.critic_layer_norm,
         ),
         "ceiling_env_steps_per_s": ceiling_sps(options.env_id, options.num_envs, repeats=options.repeats),
     }

@@ -120,6 +120,23 @@ def test_log_std_is_squashed_into_its_range():
     assert bool(jnp.all(jnp.diff(log_std) > 0))
 
 
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_critic_layer_norm_makes_q_blind_to_the_scale_of_its_first_layer(layer_norm):
+    """--critic-layer-norm: each hidden ReLU's output is layer-normalised (Brax's q_network_layer_norm), so
+    scaling the first layer's weights and bias by 10 (ReLU keeps the factor) leaves Q as it was; without it
+    Q changes. The actor's torso has no layer norm either way."""
+    critic = sac.QNetwork(hidden_size=32, layer_norm=layer_norm)
+    obs, action = jax.random.normal(jax.random.PRNGKey(0), (64, 5)), jnp.full((64, 2), 0.3)
+    params = critic.init(jax.random.PRNGKey(1), obs, action)["params"]
+    assert ("LayerNorm_1" in params) == layer_norm and "LayerNorm_2" not in params
+    scaled = {**params, "Dense_0": jax.tree.map(lambda x: 10.0 * x, params["Dense_0"])}
+    q, q_scaled = (critic.apply({"params": p}, obs, action) for p in (params, scaled))  # [64] each
+    assert np.allclose(q, q_scaled, atol=1e-3) == layer_norm
+    state = jax.eval_shape(sac.make_algorithm(sac.Args(critic_layer_norm=True)).init, jax.random.PRNGKey(0))
+    critics, actor = state.learner.params.critic["params"], state.learner.params.actor["params"]
+    assert "LayerNorm_0" in critics and "LayerNorm_0" not in actor
+
+
 def test_actions_respect_asymmetric_bounds():
     spec = probe_spec(sac, AsymmetricBoxProbe())
     low, high = spec.action_low, spec.action_high

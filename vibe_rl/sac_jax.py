@@ -81,6 +81,8 @@ class Args:
     """automatic tuning of the entropy coefficient toward the target entropy -|A|"""
     hidden_size: int = 256
     """width of the two hidden layers of the actor and of each critic"""
+    critic_layer_norm: bool = False
+    """layer norm after each hidden ReLU of the critics (Brax's q_network_layer_norm, on in Playground)"""
     normalize_obs: bool = False
     """normalise the networks' observations by a running mean and std (clipped to +-10), as Brax's SAC"""
     log_frequency: int = 100
@@ -149,9 +151,13 @@ def squashed_gaussian(
     return distrax.Transformed(distrax.MultivariateNormalDiag(mean, jnp.exp(log_std)), squash)
 
 
-def torso(x: jax.Array, width: int) -> jax.Array:
-    """[SAC-14] the networks' torso, two hidden ReLU layers of `width`, flax's default (LeCun normal) init."""
-    return nn.relu(nn.Dense(width)(nn.relu(nn.Dense(width)(x))))
+def torso(x: jax.Array, width: int, layer_norm: bool = False) -> jax.Array:
+    """[SAC-14] the networks' torso, two hidden ReLU layers of `width`, flax's default (LeCun normal) init;
+    with `layer_norm`, each layer's activations are layer-normalised, as in Brax's MLP (Ball et al., 2023)."""
+    for _ in range(2):
+        x = nn.relu(nn.Dense(width)(x))  # [..., width]
+        x = nn.LayerNorm()(x) if layer_norm else x
+    return x
 
 
 class Actor(nn.Module):
@@ -172,10 +178,12 @@ class QNetwork(nn.Module):
     """(obs [..., obs_dim], action [..., A]) -> Q [...]; the action is in the env's units."""
 
     hidden_size: int = 256
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = torso(jnp.concatenate([obs, action], axis=-1), self.hidden_size)  # [SAC-14] on concat(s, a)
+        obs_action = jnp.concatenate([obs, action], axis=-1)  # [SAC-14] Q on concat(s, a): [..., obs_dim + A]
+        x = torso(obs_action, self.hidden_size, self.layer_norm)
         return nn.Dense(1)(x)[..., 0]
 
 
@@ -599,7 +607,7 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     stored = {"the replay buffer (--buffer-size)": rows * n, "the run (--total-timesteps)": steps * n}
     for where, count in stored.items():  # a batch draws from the transitions stored
         require(size <= count, f"--batch-size {size} exceeds the {count:,} transitions of {where}")
-    actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size)
+    actor, critic = Actor(spec, args.hidden_size), QNetwork(args.hidden_size, args.critic_layer_norm)
     return Setup(args, sizes, spec, actor, critic, **make_optimizers(args))
 
 
