@@ -1499,7 +1499,7 @@ def plan_run(configs: list[Args], seeds: list[int]) -> Run:
     args, runs = configs[0], len(configs) * len(seeds)
     total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
     require(total < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 env steps per seed")
-    drawn = "classic-control, MinAtar, Brax and Craftax envs"  # the suites with a renderer (EnvSpec.render)
+    drawn = "classic-control, MinAtar, Brax, Craftax and Playground envs"  # the suites with EnvSpec.render
     require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
     if (mesh := algo.mesh) is None:  # the fewest devices that spread the runs most evenly
         per_device = math.ceil(runs / min(runs, jax.device_count()))
