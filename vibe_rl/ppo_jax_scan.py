@@ -1463,6 +1463,7 @@ def seeds_program(
     inputs: tuple,
     level: int | None,
     axes: Any = (0,),
+    *,
     mesh: Mesh | None = None,
     **jit: Any,
 ) -> Any:
@@ -1538,7 +1539,9 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
     strong = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), tree)
     init = lambda key, hyper: strong(run.algo.init(key)._replace(hyper=hyper))
     try:
-        program = seeds_program(init, (keys, hyper), RUNS_ONCE, (0, 0), run.mesh, out_shardings=shardings)
+        program = seeds_program(
+            init, (keys, hyper), RUNS_ONCE, (0, 0), mesh=run.mesh, out_shardings=shardings
+        )
         return jax.block_until_ready(program(keys, hyper))
     except jax.errors.JaxRuntimeError as error:  # an allocation the estimate let through
         raise ArgsError(f"the training state does not fit: {str(error).splitlines()[0]}") from None
@@ -1599,7 +1602,7 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput
     start = time.perf_counter()
     jit = {"in_shardings": (shardings, replicated), "out_shardings": ChunkOutput(shardings, by_seed, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
-    compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), run.mesh, **jit)
+    compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), mesh=run.mesh, **jit)
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
     where = f"{steps:,} env steps per seed, {how_many(run)} on {run.mesh.size} device(s)"
     say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
