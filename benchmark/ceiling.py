@@ -6,6 +6,11 @@ fraction of it.
 
     python -m benchmark.ceiling --env-id CartPole-v1 --num-envs 4
 
+A Craftax id without --resets steps Craftax's own env (NoAutoReset), never reset: any of its four
+envs, the pixel ones too (docs/benchmarks.md, Craftax's pixel observations).
+
+    python -m benchmark.ceiling --env-id craftax/Craftax-Pixels-v1 --num-envs 256 --num-steps 200
+
 For an env whose reset costs far more than a step (Craftax generates a world; DM Control's CheetahRun
 settles its model for 200 physics steps), --resets compares how the episodes restart, each as steps/s
 and as a share of stepping with no reset at all:
@@ -49,10 +54,15 @@ def best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
 
 
 def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[[jax.Array], jax.Array]:
-    """A jitted function key -> summed reward of num_steps x num_envs random-action steps."""
-    if env_id.startswith(("craftax/", "playground/")):  # gymnax's step would reset every env every step
+    """A jitted function key -> the summed rewards and observations of num_steps x num_envs random steps."""
+    if env_id.startswith("playground/"):  # gymnax's step would reset every env every step
         raise SystemExit(f"{env_id}: use --resets, which steps it as the scripts do (and with no reset)")
-    if env_id.startswith("brax/"):  # the scripts' own adapter (vibe_rl's harness)
+    if env_id.startswith("craftax/"):  # Craftax's own env, any of its four (pixels too), never reset
+        from craftax.craftax_env import make_craftax_env_from_name
+
+        env = make_craftax_env_from_name(env_id.removeprefix("craftax/"), auto_reset=False)
+        env_params = env.default_params
+    elif env_id.startswith("brax/"):  # the scripts' own adapter (vibe_rl's harness)
         from vibe_rl.ppo_jax_scan import make_env
 
         spec = make_env(env_id)
@@ -60,7 +70,7 @@ def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[
     else:
         env, env_params = gymnax.make(env_id)
     action_space = env.action_space(env_params)
-    if isinstance(action_space, gymnax.environments.spaces.Discrete):
+    if hasattr(action_space, "n"):  # discrete: gymnax's Discrete, or Craftax's own
 
         def sample_actions(key: jax.Array) -> jax.Array:  # one RNG call for all envs
             return jax.random.randint(key, (num_envs,), 0, action_space.n)
@@ -82,10 +92,10 @@ def make_random_rollout(env_id: str, num_envs: int, num_steps: int) -> Callable[
             env_state, key = carry
             key, action_key, step_key = jax.random.split(key, 3)
             actions = sample_actions(action_key)
-            _, env_state, reward, _, _, _ = step_envs(
+            obs, env_state, reward, *_ = step_envs(
                 jax.random.split(step_key, num_envs), env_state, actions, env_params
-            )
-            return (env_state, key), reward.sum()
+            )  # gymnax 1.0 returns 6 values, Craftax's env 5
+            return (env_state, key), reward.sum() + obs.sum()  # obs used: XLA would drop an unused render
 
         _, rewards = jax.lax.scan(step, (env_state, key), None, num_steps)
         return jnp.sum(rewards)

@@ -431,6 +431,18 @@ def test_rollout_share_times_the_rollout_and_the_whole_iteration():
     assert 0 < rollout <= whole
 
 
+def test_the_ceiling_steps_craftax_pixels_and_uses_their_render():
+    # Craftax's own env, never reset; an observation nobody reads would be compiled away, and the
+    # pixel env timed as fast as the symbolic one (docs/benchmarks.md, Craftax's pixel observations)
+    pytest.importorskip("craftax")
+    import jax
+
+    ceiling = importlib.import_module("benchmark.ceiling")
+    rollout = ceiling.make_random_rollout("craftax/Craftax-Classic-Pixels-v1", num_envs=2, num_steps=3)
+    total = float(rollout(jax.random.PRNGKey(0)))
+    assert total > 2 * 3 * 63 * 63 * 3 * 0.1  # 6 frames of 63 x 63 x 3 pixels in [0, 1], none all black
+
+
 def test_event_writing_writes_the_same_points_each_way_and_reports_each(tmp_path):
     """A reduced size (2 x 5 points): this checks what each way writes and that it reports, not speed."""
     events = importlib.import_module("benchmark.event_writing")

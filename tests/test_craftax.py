@@ -145,6 +145,9 @@ def test_bad_craftax_ids_are_refused_in_one_line(monkeypatch):
         h.ArgsError, match=r"craftax/Nope is not a Craftax environment; valid: craftax/Craftax-Sym"
     ):
         h.make_env("craftax/Nope")
+    for pixels in ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1"):
+        with pytest.raises(h.ArgsError, match=rf"craftax/{pixels}: Craftax's pixel observations are not sup"):
+            h.make_env(f"craftax/{pixels}")
     sac = load_script("sac_jax")
     with pytest.raises(sac.ArgsError, match=r"SAC needs continuous \(Box\) actions"):
         sac.make_algorithm(sac.Args(env_id=CLASSIC))

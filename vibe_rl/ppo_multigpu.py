@@ -1011,6 +1011,7 @@ def brax_suite(name: str) -> EnvSpec:
 
 
 CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
+CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line
 
 
 def craftax_suite(name: str) -> EnvSpec:
@@ -1018,6 +1019,8 @@ def craftax_suite(name: str) -> EnvSpec:
     time limit into death: the adapter splits them. Episodes start from a pool of fresh worlds (Pooled)."""
     require(importlib.util.find_spec("craftax"), "Craftax is not installed: pip install craftax==1.6.1")
     valid = ", ".join(f"craftax/{n}" for n in CRAFTAX_IDS)
+    pixels = "Craftax's pixel observations are not supported (docs/ppo_jax_scan.md, Craftax)"
+    require(name not in CRAFTAX_PIXEL_IDS, f"--env-id craftax/{name}: {pixels}; valid: {valid}")
     require(name in CRAFTAX_IDS, f"--env-id craftax/{name} is not a Craftax environment; valid: {valid}")
     from craftax.craftax_env import make_craftax_env_from_name
     from flax import struct
