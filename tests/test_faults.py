@@ -181,6 +181,7 @@ def test_a_second_process_cannot_train_a_run_in_progress_and_a_dead_one_s_lock_i
         for line in first.stdout:
             if line.startswith("["):  # a chunk is done
                 break
+        first.send_signal(signal.SIGSTOP)  # held mid-run, lock and all: a fast machine would finish it
         run_dir = only_run_dir(tmp_path)
         second = run_script("ppo_jax_scan", "--resume", str(run_dir))
         assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
