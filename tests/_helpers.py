@@ -8,6 +8,8 @@ import importlib
 import importlib.util
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +100,26 @@ def interrupt_after_compiling(process: subprocess.Popen, signum: int = signal.SI
     assert process.returncode == 128 + signum, err[-3000:]
     assert "--resume" in out
     return out
+
+
+def rewound_copy(output_dir: Path, copy: Path) -> list[Path]:
+    """A finished run's output directory copied to `copy` and rewound to its first checkpoint, as a
+    run stopped after that chunk leaves it (no newer checkpoint, no eval.json); `--resume` on it must
+    end the same as the run. Cheaper than a third process stopped by a signal (test_contract.py
+    tests the stop itself). Returns the copied run directories, sorted."""
+    shutil.copytree(output_dir, copy)
+    runs = sorted(p for p in copy.iterdir() if p.is_dir())
+    for run_dir in runs:
+        checkpoints = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))
+        assert len(checkpoints) == 2, checkpoints  # the first chunk's and the last
+        checkpoints[-1].unlink()
+        (run_dir / "eval.json").unlink()
+    return runs
+
+
+def steps_trained(stdout: str) -> int:
+    """The env steps a process trained, from its closing line `trained N steps x S seed(s) ...`."""
+    return int(re.search(r"^trained ([\d,]+) steps", stdout, re.MULTILINE).group(1).replace(",", ""))
 
 
 def exit_of_main(module: ModuleType, flags: list[str], monkeypatch: Any, capsys: Any) -> tuple[int, str]:

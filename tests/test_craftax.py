@@ -7,7 +7,6 @@ exactly. Budgets are tiny (hundreds of env steps): these check the plumbing, not
 from __future__ import annotations
 
 import json
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -15,13 +14,13 @@ import numpy as np
 import pytest
 from _helpers import (
     check_gif,
-    interrupt_after_compiling,
     load_script,
     read_events,
     read_jsonl,
+    rewound_copy,
     run_args,
     run_script,
-    start_script,
+    steps_trained,
     tree_equal,
 )
 
@@ -198,22 +197,21 @@ FLOWS = ["ppo_jax_scan", "dqn_jax", *(pytest.param(name, marks=pytest.mark.slow)
 
 @pytest.mark.parametrize("flow", FLOWS)
 def test_each_discrete_script_trains_on_craftax_classic_and_resumes_exactly(flow, tmp_path):
-    """From the command line: a run, and the same run stopped after its first chunk (SIGTERM) and
-    resumed, end with the same state and evaluation. The logs hold the score where episodes ended
-    and the dry starts; eval.json each achievement's success rate. The two-seed flow trains two
-    seeds of ppo_jax_scan in one program (the pool's refill vmapped) and draws a GIF of each one's
-    evaluation with Craftax's renderer."""
+    """From the command line: a run, and the same run rewound to its first chunk's checkpoint (moved
+    to another directory) and resumed, end with the same state and evaluation. The logs hold the
+    score where episodes ended and the dry starts; eval.json each achievement's success rate. The
+    two-seed flow trains two seeds of ppo_jax_scan in one program (the pool's refill vmapped) and
+    draws a GIF of each one's evaluation with Craftax's renderer."""
     script = flow if flow in TINY else "ppo_jax_scan"
     module, flags = load_script(script), [*TINY[script], "--env-id", CLASSIC, "--eval-episodes", "2"]
     seeds = [] if flow in TINY else ["--num-seeds", "2"]
     video = ["--capture-video"] if seeds else []
     straight = run_script(script, *flags, *seeds, *video, "--output-dir", str(tmp_path / "a"), timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    stopped = start_script(script, *flags, *seeds, "--output-dir", str(tmp_path / "b"))
-    interrupt_after_compiling(stopped, signal.SIGTERM)
-    run_b = sorted((tmp_path / "b").iterdir())[0]
-    resumed = run_script(script, "--resume", str(run_b), timeout=600)
+    rewound = rewound_copy(tmp_path / "a", tmp_path / "b")
+    resumed = run_script(script, "--resume", str(rewound[0]), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert steps_trained(resumed.stdout) == steps_trained(straight.stdout) // 2  # the second chunk
 
     runs_a, runs_b = sorted((tmp_path / "a").iterdir()), sorted((tmp_path / "b").iterdir())
     assert len(runs_a) == len(runs_b) == (2 if seeds else 1)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import signal
 import zlib
 
 import flax.serialization
@@ -18,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import interrupt_after_compiling, load_script, run_args, run_script, start_script, tree_equal
+from _helpers import load_script, rewound_copy, run_args, run_script, steps_trained, tree_equal
 
 pytest.importorskip("mujoco_playground")
 h = load_script("ppo_jax_scan")
@@ -159,7 +158,7 @@ TINY = {
     "sac_jax": REPLAY,
     "td3_jax": REPLAY,
 }
-# Each flow compiles the MJX physics into three processes' programs (two minutes on 2 cores): the default
+# Each flow compiles the MJX physics into two processes' programs (a minute on 2 cores): the default
 # run checks ppo_jax_scan (with the video), `pytest -m slow` the other four.
 SLOW = ("sac_jax", "ppo_rnn_jax", "ppo_multigpu", "td3_jax")
 FLOWS = ["ppo_jax_scan", *(pytest.param(name, marks=pytest.mark.slow) for name in SLOW)]
@@ -167,17 +166,17 @@ FLOWS = ["ppo_jax_scan", *(pytest.param(name, marks=pytest.mark.slow) for name i
 
 @pytest.mark.parametrize("flow", FLOWS)
 def test_each_continuous_script_trains_on_cartpole_balance_and_resumes_exactly(flow, tmp_path):
-    """From the command line: a run, and the same run stopped after its first chunk (SIGTERM) and
-    resumed, end with the same state and evaluation; PPO's run draws its evaluation for Brax's viewer."""
+    """From the command line: a run, and the same run rewound to its first chunk's checkpoint (moved
+    to another directory) and resumed, end with the same state and evaluation; PPO's run draws its
+    evaluation for Brax's viewer."""
     module, flags = load_script(flow), [*TINY[flow], "--env-id", BALANCE, "--eval-episodes", "2"]
     video = ["--capture-video"] if flow == "ppo_jax_scan" else []
     straight = run_script(flow, *flags, *video, "--output-dir", str(tmp_path / "a"), timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    stopped = start_script(flow, *flags, "--output-dir", str(tmp_path / "b"))
-    interrupt_after_compiling(stopped, signal.SIGTERM)
-    (run_b,) = (tmp_path / "b").iterdir()
+    (run_b,) = rewound_copy(tmp_path / "a", tmp_path / "b")
     resumed = run_script(flow, "--resume", str(run_b), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert steps_trained(resumed.stdout) == steps_trained(straight.stdout) // 2  # the second chunk
 
     (run_a,) = (tmp_path / "a").iterdir()
     algo = module.make_algorithm(run_args(module, run_a))
