@@ -140,13 +140,10 @@ def measure(case: Case, num_seeds: int, output_dir: Path, repeats: int) -> dict[
     output = h.wait_for(chunk(state, np.int32(0)))
     metrics = h.to_host(output.metrics)
     host_state = h.to_host(output.state)
-    tags = h.logged_tags(run.algo).items()
     loggers = [h.RunLogger(d, args, 0, False) for d in run.dirs]
     step_of = lambda j: (j + 1) * run.algo.env_steps_per_iteration
-    rows = lambda: [
-        [(step_of(j), {tag: float(getattr(metrics, m)[i, j]) for m, tag in tags}) for j in range(per_chunk)]
-        for i in range(num_seeds)
-    ]
+    chunk_rows = h.ChunkRows(0, per_chunk, metrics, 0.0, {}, step_of(per_chunk - 1), None)
+    rows = lambda: [h.seed_points(run, chunk_rows, i) for i in range(num_seeds)]
     every_seeds_rows = rows()
     write_all = lambda: [logger.write(r) for logger, r in zip(loggers, every_seeds_rows, strict=True)]
     logs = clock(write_all, repeats)

@@ -1849,15 +1849,18 @@ class ChunkRows(NamedTuple):  # what the writer needs of one chunk, on the host
     state: Any  # every run's state, leaves [slots, ...], where a checkpoint is due; else None
 
 
+def seed_points(run: Run, rows: ChunkRows, i: int) -> list[tuple[int, dict[str, float]]]:
+    """Run i's points of one chunk, (global step, tag -> value); SPS and the evaluations on the last."""
+    per_iteration, tags = run.algo.env_steps_per_iteration, logged_tags(run.algo).items()
+    points = [{tag: float(getattr(rows.metrics, m)[i, j]) for m, tag in tags} for j in range(rows.num_valid)]
+    points[-1] |= {"charts/SPS": rows.sps} | {tag: float(x[i]) for tag, x in rows.evals.items()}
+    return [((rows.first + j + 1) * per_iteration, point) for j, point in enumerate(points)]
+
+
 def write_chunk(run: Run, loggers: list[RunLogger], rows: ChunkRows, line: str) -> None:
     """Each run's rows (TensorBoard, metrics.jsonl) and its checkpoint, then the progress line."""
-    per_iteration, tags = run.algo.env_steps_per_iteration, logged_tags(run.algo).items()
     for i, logger in enumerate(loggers):
-        points = [
-            {tag: float(getattr(rows.metrics, m)[i, j]) for m, tag in tags} for j in range(rows.num_valid)
-        ]
-        points[-1] |= {"charts/SPS": rows.sps} | {tag: float(x[i]) for tag, x in rows.evals.items()}
-        logger.write([((rows.first + j + 1) * per_iteration, point) for j, point in enumerate(points)])
+        logger.write(seed_points(run, rows, i))
         if rows.state is not None:
             save_checkpoint(run.dirs[i], rows.first + rows.num_valid, rows.step, seed_slice(rows.state, i))
     say(line)
