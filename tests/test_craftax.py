@@ -208,12 +208,12 @@ def test_each_discrete_script_trains_on_craftax_classic_and_resumes_exactly(flow
     video = ["--capture-video"] if seeds else []
     straight = run_script(script, *flags, *seeds, *video, "--output-dir", str(tmp_path / "a"), timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    rewound = rewound_copy(tmp_path / "a", tmp_path / "b")
-    resumed = run_script(script, "--resume", str(rewound[0]), timeout=600)
+    runs_b = rewound_copy(tmp_path / "a", tmp_path / "b")
+    resumed = run_script(script, "--resume", str(runs_b[0]), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert steps_trained(resumed.stdout) == steps_trained(straight.stdout) // 2  # the second chunk
 
-    runs_a, runs_b = sorted((tmp_path / "a").iterdir()), sorted((tmp_path / "b").iterdir())
+    runs_a = sorted((tmp_path / "a").iterdir())
     assert len(runs_a) == len(runs_b) == (2 if seeds else 1)
     algo = module.make_algorithm(run_args(module, runs_a[0]))
     for run_a, run_b in zip(runs_a, runs_b, strict=True):
