@@ -55,7 +55,7 @@ CLEANRL = {"double_dqn": False, "learning_rate": 2.5e-4}
 def measure(
     num_envs: int, train_frequency: int, target_network_frequency: int, num_steps: int, repeats: int
 ) -> dict:
-    args = dqn_jax.Args(
+    args = dqn_jax.Flags(
         num_envs=num_envs,
         train_frequency=train_frequency,
         target_network_frequency=target_network_frequency,
@@ -159,7 +159,7 @@ def measure(
 def chunk_overhead(total_timesteps: int, num_chunks: int, repeats: int) -> dict:
     """The CLI's chunked run (one compiled call per chunk, each followed by a checkpoint write)
     against the single program train(key), one seed, CleanRL's config otherwise."""
-    args = dqn_jax.Args(total_timesteps=total_timesteps, num_chunks=num_chunks, **CLEANRL)
+    args = dqn_jax.Flags(total_timesteps=total_timesteps, num_chunks=num_chunks, **CLEANRL)
     algo = dqn_jax.make_algorithm(args)  # validates the flags
     iterations_per_chunk, chunks = dqn_jax.plan_chunks(algo.num_iterations, args.num_chunks)
     keys = jax.random.PRNGKey(0)[None]  # [S = 1]: a seed axis, as the CLI vmaps over the seeds

@@ -4,7 +4,7 @@ Between two chunks the harness's driver (`train_chunks`) brings each chunk's res
 and writes them out: every seed's metrics to TensorBoard and metrics.jsonl, a checkpoint where one
 is due (`--checkpoint-frequency`; by default a tenth of the run), a progress line. It dispatches
 the next chunk first and writes in a thread, so the writing overlaps the training. This measures,
-in one process, with the scripts' own harness (open_runs, initial_state, compile_chunk,
+in one process, with the scripts' own harness (plan_runs, initial_state, compile_chunk,
 train_chunks) and, unless --num-chunks says otherwise, their default `--num-chunks 10`:
 
 - **chunk**: one chunk's compute, the chunks run back to back with no host work;
@@ -91,9 +91,9 @@ def clock(fn: Callable[[], Any], repeats: int) -> float:
 def measure(case: Case, num_seeds: int, output_dir: Path, repeats: int) -> dict[str, float]:
     """The figures of one case, in ms per chunk."""
     h = case.script
-    args = h.Args(env_id="CartPole-v1", num_seeds=num_seeds, output_dir=str(output_dir), **case.flags)
+    args = h.Flags(env_id="CartPole-v1", num_seeds=num_seeds, output_dir=str(output_dir), **case.flags)
     with contextlib.redirect_stdout(io.StringIO()):  # the harness's own progress lines
-        run = h.make_run_dirs(h.open_runs(args))[0]
+        run = h.make_run_dirs(h.plan_runs(args))[0]
         state = h.initial_state(run, None)
         chunk = h.compile_chunk(run, state)
         evaluate: Future = Future()
@@ -140,7 +140,7 @@ def measure(case: Case, num_seeds: int, output_dir: Path, repeats: int) -> dict[
     output = h.wait_for(chunk(state, np.int32(0)))
     metrics = h.to_host(output.metrics)
     host_state = h.to_host(output.state)
-    loggers = [h.RunLogger(d, args, 0, False) for d in run.dirs]
+    loggers = [h.RunLogger(d, args, 0) for d in run.dirs]
     step_of = lambda j: (j + 1) * run.algo.env_steps_per_iteration
     chunk_rows = h.ChunkRows(0, per_chunk, metrics, 0.0, {}, step_of(per_chunk - 1), None)
     rows = lambda: [h.seed_points(run, chunk_rows, i) for i in range(num_seeds)]
@@ -216,7 +216,7 @@ def main() -> None:
     parser.add_argument("--jax-cache-dir", default="~/.cache/vibe_rl/jax", help="as the scripts' flag")
     cli = parser.parse_args()
     cli.ppo_only |= len(cli.num_seeds) == 1  # --num-seeds 64: the bar alone
-    ppo_jax_scan.start_jax(ppo_jax_scan.Args(jax_cache_dir=cli.jax_cache_dir))  # before JAX starts, as a run
+    ppo_jax_scan.start_jax(ppo_jax_scan.Flags(jax_cache_dir=cli.jax_cache_dir))  # before JAX starts, as a run
 
     print(
         f"{jax.devices()[0].device_kind}, {jax.device_count()} device(s); ms per chunk, best of {cli.repeats}"

@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="an Args field")
     cli = parser.parse_args()
     module = importlib.import_module(f"vibe_rl.{cli.script}")
-    args = module.Args(**parse_settings(module.Args, cli.set))
+    args = module.Flags(**parse_settings(module.Flags, cli.set))
     algo = module.make_algorithm(args)
     train = module.make_train(args)
     keys = np.stack(

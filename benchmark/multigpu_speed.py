@@ -1,7 +1,7 @@
 """Speed of ppo_multigpu.py against ppo_jax_scan.py, same config, same process.
 
 On one device the sharded script must cost ~nothing: this times the chunk the CLI compiles
-(built by the scripts' own run harness: open_runs, initial_state, compile_chunk; all iterations in
+(built by the scripts' own run harness: plan_runs, initial_state, compile_chunk; all iterations in
 one chunk, compile excluded, best of --repeats) and prints env steps/s per seed and their ratio.
 On several devices (a GPU machine, or CPU with XLA_FLAGS=--xla_force_host_platform_device_count=N)
 it times ppo_multigpu.py twice more: one seed per device (--data-devices 1, a seed per device)
@@ -42,9 +42,9 @@ def config(cli: argparse.Namespace) -> dict[str, Any]:
 
 def time_script(script: ModuleType, cli: argparse.Namespace, **flags: Any) -> float:
     """Env steps/s per seed of one compiled chunk of cli.iterations iterations, as the CLI runs it."""
-    args = script.Args(**config(cli), **flags)
-    with tempfile.TemporaryDirectory() as output_dir:  # open_runs makes the (unused) run directories
-        run = script.open_runs(dataclasses.replace(args, output_dir=output_dir))[0]
+    args = script.Flags(**config(cli), **flags)
+    with tempfile.TemporaryDirectory() as output_dir:  # the runs' output directory (unused)
+        run = script.plan_runs(dataclasses.replace(args, output_dir=output_dir))[0]
     state = script.initial_state(run, None)
     chunk = script.compile_chunk(run, state)
     seconds = best_time(lambda: chunk(state, np.int32(0)), cli.repeats)

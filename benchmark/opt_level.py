@@ -26,9 +26,9 @@ def measure(script: str, level: str, flags: list[str]) -> str:
     time the run's chunks; one summary line."""
     module = importlib.import_module(f"vibe_rl.{script}")
     sys.argv = [script, *flags, "--jax-cache-dir", ""]
-    args = module.tyro.cli(module.Args)
+    args = module.parse_flags()
     module.start_jax(args)
-    run = module.open_runs(args)[0]
+    run = module.plan_runs(args)[0]
     chunk_level = None if level == "default" else int(level)
     run = run._replace(algo=run.algo._replace(chunk_cpu_opt_level=chunk_level))
     state = module.initial_state(run, None)

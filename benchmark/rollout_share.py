@@ -29,7 +29,7 @@ def main() -> None:
     cli = parser.parse_args()
     cleanrl_cartpole = {"num_envs": 4, "num_steps": 128, "total_timesteps": 500_000}
     setup = ppo_module.build_setup(
-        ppo_module.Args(**cleanrl_cartpole | parse_settings(ppo_module.Args, cli.set))
+        ppo_module.Flags(**cleanrl_cartpole | parse_settings(ppo_module.Flags, cli.set))
     )
     num_iterations = setup.sizes.num_iterations
     state = jax.jit(functools.partial(ppo_module.init_state, setup))(jax.random.PRNGKey(0))

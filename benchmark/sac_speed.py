@@ -34,7 +34,7 @@ def measure(
     repeats: int,
     critic_layer_norm: bool = False,
 ) -> dict[str, float]:
-    args = sac.Args(
+    args = sac.Flags(
         env_id=env_id,
         num_envs=num_envs,
         total_timesteps=2 * steps * num_envs,

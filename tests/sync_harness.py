@@ -2,6 +2,7 @@
 
     python tests/sync_harness.py           # rewrite every vibe_rl/*.py from its banner line to its end
     python tests/sync_harness.py --check   # write nothing; exit 1 naming each script that differs
+    python tests/sync_harness.py --order   # list the uses of a harness name before its definition
 
 The harness is the part of a script below the line that contains BANNER: the same text in every
 script, so each file stands alone. A maintainer edits tests/harness.py (which starts with that
@@ -11,12 +12,14 @@ line), runs this command, and commits the source and the scripts together; docs/
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "harness.py"
 BANNER = "identical in every vibe_rl script"
+MOST_USES_BEFORE_DEFINITION = 10  # where a cycle forces it (EnvSpec's defaults are functions that take one)
 
 
 def scripts() -> list[Path]:
@@ -32,11 +35,37 @@ def synced(script: str, harness: str) -> str:
     return "".join(lines[: banners[0]]) + harness
 
 
+def uses_before_definition(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each use of a module-level name of `source` on a line before the name's definition
+    (inside functions and annotations too): the harness reads top to bottom when there are few."""
+    tree = ast.parse(source)
+    defined: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            targets = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            nodes = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = [t.id for t in nodes if isinstance(t, ast.Name)]
+        else:
+            targets = []
+        for name in targets:
+            defined.setdefault(name, node.lineno)
+    uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in defined]
+    return sorted((n.lineno, n.id) for n in uses if n.lineno < defined[n.id])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a script differs")
-    check = parser.parse_args(argv).check
-    harness = SOURCE.read_text()
+    parser.add_argument("--order", action="store_true", help="list the uses of a name before its definition")
+    options = parser.parse_args(argv)
+    check, harness = options.check, SOURCE.read_text()
+    if options.order:
+        uses = uses_before_definition(harness)
+        for line, name in uses:
+            print(f"{SOURCE.relative_to(ROOT)}:{line}: {name} is defined further down")
+        print(f"{len(uses)} use(s) before the definition (at most {MOST_USES_BEFORE_DEFINITION})")
+        return int(len(uses) > MOST_USES_BEFORE_DEFINITION)
     if BANNER not in harness.splitlines()[0]:
         print(f"{SOURCE.relative_to(ROOT)}: its first line must be the banner", file=sys.stderr)
         return 1

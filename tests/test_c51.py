@@ -36,7 +36,7 @@ ATOMS = jnp.array([-2.0, -1.0, 0.0, 1.0, 2.0])  # v_min -2, v_max 2, dz 1
 
 
 def tiny_args(**overrides) -> c51.Args:
-    return c51.Args(**{**TINY, **overrides})
+    return c51.Flags(**{**TINY, **overrides})
 
 
 def reference_projection(next_probs, rewards, terminated, gamma, atoms):
@@ -296,7 +296,7 @@ def test_bad_flags_are_refused_in_one_line(overrides, message):
 
 
 def test_metric_tags_are_cleanrl_c51s():
-    assert set(c51.METRIC_TAGS.values()) >= {
+    assert set(c51.make_algorithm(c51.Flags()).metric_tags.values()) >= {
         "losses/loss",
         "losses/q_values",
         "charts/epsilon",
@@ -311,7 +311,7 @@ def test_metric_tags_are_cleanrl_c51s():
 @pytest.mark.slow
 def test_cartpole_learns_with_the_defaults():
     """CleanRL's c51_jax.py defaults (500k steps), seed 1: the greedy evaluation reaches 475."""
-    args = c51.Args()
+    args = c51.Flags()
     algo = c51.make_algorithm(args)
     key = jax.random.PRNGKey(1)
     state, _ = jax.jit(c51.make_train(args))(key)

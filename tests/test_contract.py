@@ -342,7 +342,7 @@ def test_help_shows_no_derived_size(script, capsys, monkeypatch):
         module.main()
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    sizes = module.make_algorithm(module.Args()).sizes._fields
+    sizes = module.make_algorithm(module.Flags()).sizes._fields
     shown = [name for name in sizes if f"--{name.replace('_', '-')} " in text]
     assert not shown, f"--help offers derived sizes: {shown}"
 
@@ -406,7 +406,7 @@ def fake_run(parent: Path, script: str, **saved: Any) -> Path:
     module = load_script(script)
     run_dir = parent / "a_run"
     run_dir.mkdir(parents=True)
-    record = {**dataclasses.asdict(module.Args(**saved)), "run_seed": 1, "seed_dirs": ["a_run"]}
+    record = {**dataclasses.asdict(module.Flags(**saved)), "run_seed": 1, "seed_dirs": ["a_run"]}
     (run_dir / "args.json").write_text(json.dumps(record))
     return run_dir
 
@@ -451,7 +451,7 @@ def test_each_budget_and_env_count_gives_whole_iterations_within_the_budget(scri
     for total in (1024, 2048, 10240, 16384, 20480, 25000, 65536, 99991, 500_000):
         for num_envs in (1, 2, 4, 8, 16):
             try:
-                algo = module.make_algorithm(module.Args(**contract.budgets(total, num_envs)))
+                algo = module.make_algorithm(module.Flags(**contract.budgets(total, num_envs)))
             except module.ArgsError:
                 continue  # a combination the script refuses with one line, tested above
             steps = algo.num_iterations * algo.env_steps_per_iteration
@@ -465,7 +465,7 @@ def test_every_discrete_script_takes_an_observation_of_more_than_one_axis(name):
     """bsuite's Catch observes a [10, 5] board: the MLPs flatten it. DQN's and C51's acted per row
     of the board, an action [N, 10], and crashed in the env's step."""
     module = load_script(name)
-    algo = module.make_algorithm(module.Args(**SCRIPTS[name].budgets(1024, 4), env_id="Catch-bsuite"))
+    algo = module.make_algorithm(module.Flags(**SCRIPTS[name].budgets(1024, 4), env_id="Catch-bsuite"))
     assert algo.env.obs_shape == (10, 5)
     state = jax.jit(algo.init)(jax.random.PRNGKey(0))
     state, _ = jax.jit(algo.iteration)(state, jnp.int32(0))
@@ -480,8 +480,8 @@ def test_a_fresh_and_a_restored_state_have_the_same_types_and_layout(script, tmp
     restored state, read from host arrays, has strong types and the mesh's shardings, so the fresh
     one must too (a gymnax EnvState's time starts as a weakly typed 0)."""
     module = load_script(script)
-    args = module.Args(**SCRIPTS[script].budgets(2048, 4), num_seeds=3, output_dir=str(tmp_path))
-    run = module.open_runs(args)[0]
+    args = module.Flags(**SCRIPTS[script].budgets(2048, 4), num_seeds=3, output_dir=str(tmp_path))
+    run = module.plan_runs(args)[0]
     fresh = module.initial_state(run, None)
     host = module.to_host(fresh)
     restored = module.initial_state(run, [module.seed_slice(host, i) for i in range(3)])
@@ -602,8 +602,8 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
 
     newest = sorted((moved / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(newest.read_bytes()[:100])
-    args = module.resume_args(module.Args(resume=str(moved)))
-    restored_iterations, _ = module.restore_checkpoints(module.open_runs(args)[0])
+    args = module.resume_args(module.Flags(resume=str(moved)))
+    restored_iterations, _ = module.restore_checkpoints(module.open_run_dirs(module.plan_runs(args))[0])
     assert restored_iterations < uninterrupted[0][0]
 
 
@@ -644,7 +644,8 @@ def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(tmp_path):
     resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--save-model")
     assert resumed.returncode == 0, resumed.stderr
     assert {name: (run_dir / name).read_bytes() for name in files} == before
-    assert "trained 0 steps" in resumed.stdout
+    assert "finished at step 448" in resumed.stdout and "compiled" not in resumed.stdout  # nothing trains
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # nor logs
     for tag, points in read_events(run_dir).items():
         steps = [step for step, _ in points]
         assert steps == sorted(set(steps)), (tag, steps)
@@ -661,7 +662,7 @@ def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):
 
     def plan(**flags: int) -> tuple[int, int]:  # (iterations per chunk, chunks); a new directory each
         output_dir = tmp_path / "-".join(f"{k}{v}" for k, v in flags.items())
-        run = module.open_runs(module.Args(**budget, **flags, output_dir=str(output_dir)))[0]
+        run = module.plan_runs(module.Flags(**budget, **flags, output_dir=str(output_dir)))[0]
         return run.iterations_per_chunk, run.num_chunks
 
     assert plan(num_chunks=2) == (20, 2)
@@ -790,7 +791,7 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
         return seeds_program(per_seed, inputs, level, *rest, **jit)
 
     monkeypatch.setattr(module, "seeds_program", recording)
-    run = module.open_runs(module.Args(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))[0]
+    run = module.plan_runs(module.Flags(**SCRIPTS[name].budgets(2048, 2), output_dir=str(tmp_path)))[0]
     state = module.initial_state(run, None)
     module.compile_chunk(run, state)
     module.compile_evaluate(run, state)

@@ -67,11 +67,20 @@ def drive(classic):
 
 def test_the_env_table_builds_craftax_with_its_sizes_and_score(classic):
     assert classic.discrete and classic.action_dim == 17 and classic.obs_shape == (1345,)
-    assert classic.params.max_steps_in_episode == 10_000 and classic.max_return == 22
-    assert len(classic.achievements) == 22 and "collect_diamond" in classic.achievements
+    assert classic.params.max_steps_in_episode == 10_000 and classic.metric_tags[1] == "craftax/score_percent"
+    assert len(classic.info_names) == 22 and "collect_diamond" in classic.info_names  # the achievements
+    every = np.ones((1, 22))  # one episode that unlocked all 22, its return their 22 rewards: 100%
+    assert classic.summary(np.array([22.0]), every) == {
+        "score_percent": 100.0,
+        "achievements": dict.fromkeys(classic.info_names, 1.0),
+    }
     full = h.make_env("craftax/Craftax-Symbolic-v1")
-    assert full.action_dim == 43 and full.obs_shape == (8268,) and full.max_return == 226
-    assert full.params.max_steps_in_episode == 100_000 and len(full.achievements) == 67
+    assert (
+        full.action_dim == 43
+        and full.obs_shape == (8268,)
+        and full.summary(np.array([226.0]), np.ones((1, 67)))["score_percent"] == 100
+    )
+    assert full.params.max_steps_in_episode == 100_000 and len(full.info_names) == 67
 
 
 def test_a_time_out_is_a_truncation_with_the_final_observation_not_the_resets(drive):
@@ -149,7 +158,7 @@ def test_bad_craftax_ids_are_refused_in_one_line(monkeypatch):
             h.make_env(f"craftax/{pixels}")
     sac = load_script("sac_jax")
     with pytest.raises(sac.ArgsError, match=r"SAC needs continuous \(Box\) actions"):
-        sac.make_algorithm(sac.Args(env_id=CLASSIC))
+        sac.make_algorithm(sac.Flags(env_id=CLASSIC))
     monkeypatch.setattr(h.importlib.util, "find_spec", lambda name: None if name == "craftax" else True)
     with pytest.raises(h.ArgsError, match=r"Craftax is not installed: pip install craftax==1.6.1"):
         h.make_env(CLASSIC)
@@ -221,7 +230,7 @@ def test_each_discrete_script_trains_on_craftax_classic_and_resumes_exactly(flow
         assert done_a == done_b == algo.num_iterations and tree_equal(state_a, state_b)
         evaluations = [json.loads((d / "eval.json").read_text()) for d in (run_a, run_b)]
         assert evaluations[0] == evaluations[1]
-        assert set(evaluations[0]["achievements"]) == set(algo.env.achievements)
+        assert set(evaluations[0]["achievements"]) == set(algo.env.info_names)
         assert evaluations[0]["score_percent"] == pytest.approx(100 * evaluations[0]["mean"] / 22)
         points = read_jsonl(run_a / "metrics.jsonl")  # the score where episodes ended (NaN, left out, else)
         assert all(("craftax/score_percent" in p) == ("charts/episodic_return" in p) for p in points)

@@ -31,7 +31,7 @@ TINY = dict(
 
 
 def tiny_args(**overrides) -> dqn.Args:
-    return dqn.Args(**{**TINY, **overrides})
+    return dqn.Flags(**{**TINY, **overrides})
 
 
 def probe_setup(env, **overrides) -> dqn.Setup:
@@ -84,12 +84,12 @@ def test_buffer_samples_only_filled_slots_uniformly():
 
 
 def test_buffer_memory_formula_and_uint8_minatar_observations():
-    minatar = dqn.build_setup(dqn.Args(env_id="Breakout-MinAtar"))
+    minatar = dqn.build_setup(dqn.Flags(env_id="Breakout-MinAtar"))
     assert minatar.obs_dtype == jnp.uint8 and minatar.spec.obs_shape == (10, 10, 4)
     buffer = dqn.buffer_init(1000, minatar.spec.obs_shape, minatar.obs_dtype)
     nbytes = sum(x.nbytes for x in jax.tree.leaves(buffer)) - 8  # minus position and size
     assert nbytes == 1000 * (2 * 400 + 4 + 4 + 1)  # C * (2 * obs_bytes + action + reward + flag)
-    cartpole = dqn.build_setup(dqn.Args(env_id="CartPole-v1"))
+    cartpole = dqn.build_setup(dqn.Flags(env_id="CartPole-v1"))
     buffer = dqn.buffer_init(10, cartpole.spec.obs_shape, cartpole.obs_dtype)
     assert sum(x.nbytes for x in jax.tree.leaves(buffer)) - 8 == 10 * 41
 
@@ -274,7 +274,7 @@ def test_iterations_tile_the_run_and_a_prime_budget_gets_long_iterations():
     assert dqn.iteration_length(500_000, 1000) == 1000  # the default run: 500 points
     assert dqn.iteration_length(20_480, 1000) == 640
     # a prime number of steps has no divisor but 1: iterations of 1000, the last 7 steps dropped
-    sizes = dqn.build_setup(dqn.Args(total_timesteps=10_007, learning_starts=0)).sizes
+    sizes = dqn.build_setup(dqn.Flags(total_timesteps=10_007, learning_starts=0)).sizes
     assert sizes == dqn.Sizes(steps_per_iteration=1000, num_iterations=10, total_steps=10_000)
     for n in range(1, 2000):  # the rule, as a property
         for cap in (1, 2, 7, 100, 1000, 5000):
@@ -292,7 +292,7 @@ def test_cartpole_learns_with_a_reduced_budget():
     500k default, so it runs in about a minute: seeds 1, 2, 3 each evaluate >= 150, far
     above a random policy (~22). Measured: 499, 335, 490 (deterministic on CPU, 2026-11-25).
     The full default config's results: docs/dqn_jax.md."""
-    args = dqn.Args(
+    args = dqn.Flags(
         total_timesteps=100_000,
         num_envs=4,
         train_frequency=4,

@@ -124,7 +124,7 @@ def test_a_sac_run_on_brax_stopped_after_a_chunk_and_resumed_ends_bitwise_the_sa
     with bitwise the state of the run never stopped. The state holds Brax's physics states, the
     replay buffer, the observation statistics, the parameters and the optimisers."""
     sac = load_script("sac_jax")
-    args = sac.Args(env_id="brax/inverted_pendulum", normalize_obs=True, total_timesteps=300,
+    args = sac.Flags(env_id="brax/inverted_pendulum", normalize_obs=True, total_timesteps=300,
                     learning_starts=100, batch_size=16, hidden_size=16, log_frequency=50)  # fmt: skip
     algo = sac.make_algorithm(args)  # 6 iterations of 50 steps, gradient steps from step 100 on
     per_chunk, num_chunks = sac.plan_chunks(algo.num_iterations, 3)

@@ -112,10 +112,10 @@ def test_a_memory_limit_is_the_machine_s_memory(tmp_path):
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     module = load_script("ppo_jax_scan")
     monkeypatch.setattr(module.time, "time", lambda: 1_700_000_000.5)
-    args = module.Args(
+    args = module.Flags(
         total_timesteps=64 * 2, num_envs=4, num_steps=16, num_seeds=2, output_dir=str(tmp_path)
     )
-    runs = [module.make_run_dirs(module.open_runs(args))[0] for _ in range(3)]
+    runs = [module.make_run_dirs(module.plan_runs(args))[0] for _ in range(3)]
     names = [d.name for run in runs for d in run.dirs]
     assert len(set(names)) == 6 and all(n.startswith("CartPole-v1__ppo_jax_scan__") for n in names)
     assert [run.dirs[0].name.rsplit("__", 1)[1] for run in runs] == [
@@ -124,8 +124,8 @@ def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, mon
         "1700000000-2",
     ]
     # a run whose first seed is free but a later one is not takes the next name for all its seeds
-    overlapping = module.Args(**{**args.__dict__, "seed": 0})
-    run = module.make_run_dirs(module.open_runs(overlapping))[0]
+    overlapping = module.Flags(**{**args.__dict__, "seed": 0})
+    run = module.make_run_dirs(module.plan_runs(overlapping))[0]
     assert {d.name.rsplit("__", 1)[1] for d in run.dirs} == {"1700000000-3"}
     assert not (tmp_path / "CartPole-v1__ppo_jax_scan__0__1700000000").exists()  # undone
     record = json.loads((run.dirs[1] / "args.json").read_text())
@@ -170,7 +170,7 @@ def test_metrics_are_rewritten_atomically_on_resume(tmp_path, monkeypatch):
 
     monkeypatch.setattr(module, "write_atomic", killed_before_the_rename)
     with pytest.raises(KeyboardInterrupt):
-        module.RunLogger(run_dir, module.Args(), 128, False)
+        module.RunLogger(run_dir, module.Flags(), 128)
     assert (run_dir / "metrics.jsonl").read_bytes() == before
 
 
@@ -218,7 +218,8 @@ def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp
     assert 143 in codes, codes  # the test reached the training
     for out in tmp_path.iterdir():
         for run_dir in out.iterdir() if out.exists() else []:
-            run = module.open_runs(module.resume_args(module.Args(resume=str(run_dir))))[0]
+            resumed = module.resume_args(module.Flags(resume=str(run_dir)))
+            run = module.open_run_dirs(module.plan_runs(resumed))[0]
             module.restore_checkpoints(run)  # reads, or none was written yet: the resume starts afresh
             release_locks(module)
 
@@ -236,7 +237,8 @@ def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
     assert process.returncode == 130, err
     assert "Traceback" not in err and "quitting now" in err
     module = load_script("ppo_jax_scan")
-    run = module.open_runs(module.resume_args(module.Args(resume=str(only_run_dir(tmp_path)))))[0]
+    resumed = module.resume_args(module.Flags(resume=str(only_run_dir(tmp_path))))
+    run = module.open_run_dirs(module.plan_runs(resumed))[0]
     assert module.restore_checkpoints(run)[0] > 0  # a checkpoint reads
     release_locks(module)
 
@@ -263,7 +265,7 @@ def test_a_corrupt_or_foreign_args_json_is_refused_in_one_line(
 ):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    args = load_script("ppo_jax_scan").Args(num_envs=4)
+    args = load_script("ppo_jax_scan").Flags(num_envs=4)
     record = {
         **args.__dict__,
         "script": "ppo_jax_scan.py",

@@ -178,7 +178,7 @@ def test_with_no_accelerator_the_runs_fill_the_cpu_devices_without_a_padded_slot
     monkeypatch.setenv("XLA_FLAGS", "")
 
     def devices(**flags: Any) -> int:
-        module.start_jax(module.Args(jax_cache_dir="", **flags))
+        module.start_jax(module.Flags(jax_cache_dir="", **flags))
         return chosen.pop("jax_num_cpu_devices")
 
     assert devices(num_seeds=3) == 3

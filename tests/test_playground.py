@@ -128,7 +128,7 @@ def test_bad_playground_ids_are_refused_in_one_line(monkeypatch):
         h.make_env("playground/Go1JoystickFlatTerrain")
     dqn = load_script("dqn_jax")
     with pytest.raises(dqn.ArgsError, match=r"discrete"):
-        dqn.make_algorithm(dqn.Args(env_id=BALANCE))
+        dqn.make_algorithm(dqn.Flags(env_id=BALANCE))
     monkeypatch.setattr(
         h.importlib.util, "find_spec", lambda name: None if name == "mujoco_playground" else 1
     )

@@ -21,7 +21,7 @@ TINY = dict(num_envs=2, num_steps=8, total_timesteps=80, num_minibatches=2, upda
 
 
 def tiny(**overrides) -> ppo.Setup:
-    return ppo.build_setup(ppo.Args(**{**TINY, **overrides}))
+    return ppo.build_setup(ppo.Flags(**{**TINY, **overrides}))
 
 
 # --- math against hand-computed values -------------------------------------------------
@@ -137,7 +137,7 @@ def test_running_mean_std_matches_numpy():
 
 
 def test_learning_rate_anneals_linearly_to_zero():
-    args = ppo.Args(**TINY)  # 5 iterations
+    args = ppo.Flags(**TINY)  # 5 iterations
     rates = [float(ppo.annealed_learning_rate(args, jnp.asarray(u), 5)) for u in range(5)]
     np.testing.assert_allclose(rates, [2.5e-4 * (1 - u / 5) for u in range(5)], rtol=1e-6)
 
@@ -168,7 +168,7 @@ def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
     ],
 )
 def test_train_shapes_under_jit_and_vmap(env_id, network):
-    args = ppo.Args(**TINY, env_id=env_id, network=network)
+    args = ppo.Flags(**TINY, env_id=env_id, network=network)
     agent = ppo.build_setup(args)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     state, metrics = jax.jit(jax.vmap(ppo.make_train(args)))(keys)
@@ -203,7 +203,7 @@ def test_cnn_torso_is_a_3x3_valid_convolution():
 
 def test_chunked_run_equals_single_program():
     """The CLI's compiled chunks (the last one partly masked) train as make_train does."""
-    args = ppo.Args(**TINY)  # 5 iterations -> chunks of 2, the last one skips one iteration
+    args = ppo.Flags(**TINY)  # 5 iterations -> chunks of 2, the last one skips one iteration
     algo = ppo.make_algorithm(args)
     key = jax.random.PRNGKey(7)
     final, _ = jax.jit(ppo.make_train(args))(key)
@@ -218,7 +218,7 @@ def test_target_kl_logs_the_last_epoch_that_ran():
     """--target-kl 0 stops every iteration after its first epoch. The skipped epochs have no
     losses; the metrics are those of the epoch that ran (they used to be the skipped epoch's NaN,
     which stopped the CLI with "non-finite loss or parameters at update 0")."""
-    args = ppo.Args(**{**TINY, "update_epochs": 4}, target_kl=0.0)
+    args = ppo.Flags(**{**TINY, "update_epochs": 4}, target_kl=0.0)
     _, metrics = jax.jit(ppo.make_train(args))(jax.random.PRNGKey(0))
     for name in ("value_loss", "policy_loss", "entropy", "approx_kl", "clipfrac"):
         assert bool(jnp.all(jnp.isfinite(getattr(metrics, name)))), name
@@ -226,7 +226,7 @@ def test_target_kl_logs_the_last_epoch_that_ran():
     agent = ppo.build_setup(args)
     start = ppo.init_state(agent, jax.random.PRNGKey(0))
     once, _ = jax.jit(lambda s: ppo.iteration(agent, s, jnp.asarray(0)))(start)
-    full_agent = ppo.build_setup(ppo.Args(**{**TINY, "update_epochs": 4}))
+    full_agent = ppo.build_setup(ppo.Flags(**{**TINY, "update_epochs": 4}))
     full, _ = jax.jit(lambda s: ppo.iteration(full_agent, s, jnp.asarray(0)))(start)
 
     def moved(state: ppo.RunnerState) -> float:
@@ -244,7 +244,7 @@ def test_value_bootstraps_through_time_limit(continuous):
     """Constant reward 1, only time-limit ends: V must reach 1/(1-gamma) = 2, not ~1.6."""
     env = ConstantRewardProbe(continuous=continuous)
     spec = ppo.env_spec(env, env.default_params)
-    args = ppo.Args(
+    args = ppo.Flags(
         num_envs=4,
         num_steps=16,
         total_timesteps=64 * 150,
@@ -273,7 +273,7 @@ def test_value_bootstraps_through_time_limit(continuous):
 @pytest.mark.slow
 def test_cartpole_is_solved_by_the_readme_command_config():
     """`--env-id CartPole-v1 --num-envs 8` (500k steps): seeds 1, 2, 3 each evaluate >= 475."""
-    args = ppo.Args(num_envs=8)
+    args = ppo.Flags(num_envs=8)
     algo = ppo.make_algorithm(args)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in (1, 2, 3)])
     state, _ = jax.jit(jax.vmap(ppo.make_train(args)))(keys)

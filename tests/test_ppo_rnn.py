@@ -21,7 +21,7 @@ def tiny(**overrides) -> rnn.Setup:
     """A small Setup; its budget is at least one batch, so only a rollout's flags need giving."""
     args = {**TINY, **overrides}
     args["total_timesteps"] = max(args["total_timesteps"], args["num_envs"] * args["num_steps"])
-    return rnn.build_setup(rnn.Args(**args))
+    return rnn.build_setup(rnn.Flags(**args))
 
 
 def transitions(setup: rnn.Setup, state: rnn.RunnerState) -> tuple[rnn.RunnerState, rnn.Transition]:
@@ -262,7 +262,7 @@ def test_memory_chain_defeats_a_memoryless_observation():
 
 
 def test_shapes_under_jit_and_vmap_over_three_seeds():
-    args = rnn.Args(**TINY)
+    args = rnn.Flags(**TINY)
     state, metrics = jax.jit(jax.vmap(rnn.make_train(args)))(jax.random.split(jax.random.PRNGKey(0), 3))
     num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)
     assert metrics.value_loss.shape == (3, num_iterations)
@@ -311,7 +311,7 @@ def test_learns_partially_observed_cartpole_where_the_feed_forward_policy_fails(
     final = {}
     for name, script in (("gru", rnn), ("feed-forward", ppo)):
         flags = dict(mask_velocity=True, normalize_reward=True, total_timesteps=300_000)
-        args = script.Args(env_id="CartPole-v1", **flags)
+        args = script.Flags(env_id="CartPole-v1", **flags)
         _, metrics = jax.jit(script.make_train(args))(jax.random.PRNGKey(1))
         final[name] = float(np.nanmean(np.asarray(metrics.episodic_return)[-20:]))
     assert final["gru"] > 100 and final["gru"] > 2 * final["feed-forward"], final

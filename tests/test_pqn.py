@@ -22,7 +22,7 @@ REDUCED = dict(total_timesteps=100_000)
 
 
 def tiny_args(**overrides) -> pqn_jax.Args:
-    return pqn_jax.Args(**{**TINY, **overrides})
+    return pqn_jax.Flags(**{**TINY, **overrides})
 
 
 def probe_setup(env, args: pqn_jax.Args) -> pqn_jax.Setup:
@@ -222,7 +222,7 @@ def test_chunked_run_equals_single_program():
 def test_cartpole_learns_with_a_reduced_budget():
     """A reduced budget (REDUCED, not the 500k-step defaults that solve CartPole): seeds 1, 2, 3
     vmapped must each reach a greedy evaluation of >= 150 (a random policy gets about 22)."""
-    args = pqn_jax.Args(**REDUCED)
+    args = pqn_jax.Flags(**REDUCED)
     algo = pqn_jax.make_algorithm(args)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in (1, 2, 3)])
     state, _ = jax.jit(jax.vmap(pqn_jax.make_train(args)))(keys)

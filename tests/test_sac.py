@@ -42,7 +42,7 @@ TINY = dict(
 
 
 def tiny_args(**overrides) -> sac.Args:
-    return sac.Args(**{**TINY, **overrides})
+    return sac.Flags(**{**TINY, **overrides})
 
 
 # --- the policy: a tanh-squashed Gaussian rescaled to the bounds --------------------------
@@ -132,7 +132,7 @@ def test_critic_layer_norm_makes_q_blind_to_the_scale_of_its_first_layer(layer_n
     scaled = {**params, "Dense_0": jax.tree.map(lambda x: 10.0 * x, params["Dense_0"])}
     q, q_scaled = (critic.apply({"params": p}, obs, action) for p in (params, scaled))  # [64] each
     assert np.allclose(q, q_scaled, atol=1e-3) == layer_norm
-    state = jax.eval_shape(sac.make_algorithm(sac.Args(critic_layer_norm=True)).init, jax.random.PRNGKey(0))
+    state = jax.eval_shape(sac.make_algorithm(sac.Flags(critic_layer_norm=True)).init, jax.random.PRNGKey(0))
     critics, actor = state.learner.params.critic["params"], state.learner.params.actor["params"]
     assert "LayerNorm_0" in critics and "LayerNorm_0" not in actor
 
@@ -317,7 +317,7 @@ def test_q_bootstraps_through_time_limit_on_a_probe():
 def test_iterations_keep_their_size_and_the_run_is_rounded_to_whole_iterations(
     total_timesteps, num_envs, log_frequency, sizes
 ):
-    args = sac.Args(  # batches of 32: no more than the smallest run's 40 transitions
+    args = sac.Flags(  # batches of 32: no more than the smallest run's 40 transitions
         total_timesteps=total_timesteps, num_envs=num_envs, log_frequency=log_frequency, learning_starts=0,
         batch_size=32,
     )  # fmt: skip
@@ -424,7 +424,7 @@ def test_pendulum_learns_with_a_reduced_budget():
     learning_starts 1000, 64-unit layers, the other defaults. Seeds 1, 2, 3 (vmapped) each
     evaluate >= -300 (a random policy scores about -1200; docs/sac_jax.md has the measured
     returns). The evaluation is the run harness's, with its keys."""
-    args = sac.Args(total_timesteps=12_000, learning_starts=1000, hidden_size=64)
+    args = sac.Flags(total_timesteps=12_000, learning_starts=1000, hidden_size=64)
     algo = sac.make_algorithm(args)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in (1, 2, 3)])
     state, _ = jax.jit(jax.vmap(sac.make_train(args)))(keys)

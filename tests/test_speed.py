@@ -31,8 +31,8 @@ def test_scaled_changes_only_the_budget():
 def test_our_settings_are_args_fields_and_survive_the_command_line():
     for script, settings in (("ppo_rnn_jax", speed.RNN), ("td3_jax", speed.TD3)):
         module = importlib.import_module(f"vibe_rl.{script}")
-        assert inprocess.parse_settings(module.Args, speed.set_items(settings)) == settings
-        module.make_algorithm(module.Args(**settings))  # a valid configuration (checks every flag)
+        assert inprocess.parse_settings(module.Flags, speed.set_items(settings)) == settings
+        module.make_algorithm(module.Flags(**settings))  # a valid configuration (checks every flag)
 
 
 def test_peer_flags_are_flags_the_runners_take():

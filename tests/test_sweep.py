@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import tyro
 from _helpers import (
     exit_of_main,
     interrupt_after_compiling,
@@ -41,7 +40,7 @@ def trained(algo, state):
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     module = load_script(name)
-    base = tyro.cli(module.Args, args=[f for f in SCRIPTS[name].run if f != "--normalize-obs"])
+    base = module.parse_flags([f for f in SCRIPTS[name].run if f != "--normalize-obs"])
     traced = module.Hyperparameters._fields
     assert "learning_rate" in traced or {"policy_lr", "q_lr"} <= set(traced)
     # every traced flag 10% off: inside every flag's allowed range (probabilities, coefficients, ...)
@@ -92,9 +91,7 @@ def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path
     winner = summary["configs"][0]
     assert summary["winner"] == winner["command"] and f"Winner: `{winner['command']}`" in result.stdout
     assert "--seed 3" in winner["command"] and "fresh seeds" in result.stdout
-    command = tyro.cli(
-        load_script("ppo_jax_scan").Args, args=winner["command"].split()[2:]
-    )  # as a user runs it
+    command = load_script("ppo_jax_scan").parse_flags(winner["command"].split()[2:])  # as a user runs it
     assert {name: getattr(command, name) for name in winner["values"]} == winner["values"]
     assert (command.num_envs, command.seed, command.num_seeds, command.sweep) == (4, 3, 2, ())
     assert "| 1 | " + winner["config"] in (folder / "sweep.md").read_text()
@@ -215,7 +212,7 @@ def test_the_summary_statistics_are_benchmark_stats_ones():
 def test_every_script_sweeps_its_learning_rates_in_one_program(name):
     module = load_script(name)
     rates = ["policy_lr", "q_lr"] if name == "sac_jax" else ["learning_rate"]
-    args = module.Args(sweep=tuple(f"{rate}=1e-3,1e-4" for rate in rates))
+    args = module.Flags(sweep=tuple(f"{rate}=1e-3,1e-4" for rate in rates))
     configs = module.sweep_grid(args)
     assert len(configs) == 2 ** len(rates) and {getattr(c, rates[0]) for c in configs} == {1e-3, 1e-4}
     assert set(rates) <= set(module.Hyperparameters._fields)  # traced: one program for the grid

@@ -39,7 +39,7 @@ TINY = dict(
 
 
 def tiny_args(**overrides) -> td3.Args:
-    return td3.Args(**{**TINY, **overrides})
+    return td3.Flags(**{**TINY, **overrides})
 
 
 # asymmetric bounds [-3, -1] and [0.5, 4], [A]: scale (high - low) / 2 = [1, 1.75]
@@ -289,7 +289,7 @@ def test_pendulum_learns_within_20k_steps():
     """20k env steps, learning_starts 1000, the other defaults (256-unit layers), seed 1: the
     deterministic evaluation (the harness's, 32 episodes, its key) reaches >= -200 (a random
     policy scores about -1200; docs/td3_jax.md has the measured return)."""
-    args = td3.Args(total_timesteps=20_000, learning_starts=1000)
+    args = td3.Flags(total_timesteps=20_000, learning_starts=1000)
     algo = td3.make_algorithm(args)
     key = jax.random.PRNGKey(1)
     state, _ = jax.jit(td3.make_train(args))(key)

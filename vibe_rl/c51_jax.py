@@ -82,43 +82,6 @@ class Args:
     log_frequency: int = 1000
     """env steps per iteration, one logged point averaging them (adjusted so the iterations tile the run)"""
 
-    # The run and the machine: the same flags in every vibe_rl script
-    exp_name: str = Path(__file__).stem
-    """the name of this experiment (part of the run directory's name)"""
-    seed: int = 1
-    """seed of the first run; with --num-seeds S the runs use seed, seed+1, ... (each in [-2^31, 2^31))"""
-    num_seeds: int = 1
-    """independent runs trained together in one program, sharded over the devices (at most 2^20)"""
-    sweep: tuple[str, ...] = ()
-    """a grid of configurations, each trained with every seed: NAME=V1,V2,... per flag. Flags marked [traced]
-    share one program; each value of another flag compiles its own. Ranked in {env}__{exp}__sweep__{time}/"""
-    track: bool = False
-    """mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)"""
-    wandb_project_name: str = "vibe_rl"
-    """the wandb project name"""
-    wandb_entity: str | None = None
-    """the wandb entity (team)"""
-    capture_video: bool = False
-    """write videos/eval.gif: one deterministic evaluation episode"""
-    save_model: bool = False
-    """write the final parameters to {run_dir}/{exp_name}.flax"""
-    output_dir: str = "runs"
-    """parent directory of the run directories"""
-    resume: str | None = None
-    """continue the run stored in this run directory from its newest readable checkpoint"""
-    num_chunks: int = 10
-    """the training runs as this many compiled chunks; logs between them"""
-    checkpoint_frequency: int = 0
-    """checkpoint every this many env steps, at chunk ends (0: a tenth of the run); the end and a stop too"""
-    eval_episodes: int = 32
-    """episodes of each deterministic evaluation (run in parallel)"""
-    eval_frequency: int = 0
-    """also evaluate every this many env steps during training, at chunk ends (0: only at the end)"""
-    cpu_devices: int = 0
-    """CPU devices with no accelerator, seeds sharded on them (0: a core each, more if seeds do not divide)"""
-    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
-    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
-
 
 # ===== 2. Networks ===================================================================
 
@@ -222,10 +185,6 @@ class Metrics(NamedTuple):
     q_values: jax.Array  # [] mean expected Q(s, a) over the same gradient steps, NaN if it took none
     epsilon: jax.Array  # [] the exploration rate of the iteration's last step
     gradient_steps: jax.Array  # [] gradient steps taken in the iteration
-
-
-LOSSES = ("loss", "q_values")  # CleanRL's TensorBoard tags, losses/ for these and charts/ for the rest
-METRIC_TAGS = {name: f"{'losses' if name in LOSSES else 'charts'}/{name}" for name in Metrics._fields}
 
 
 # ===== 4. The algorithm's math: small pure functions =================================
@@ -542,22 +501,22 @@ def make_algorithm(args: Args) -> Algorithm:
         name="C51",
         sizes=setup.sizes,
         env=setup.spec,
-        num_iterations=setup.sizes.num_iterations,
         env_steps_per_iteration=setup.sizes.steps_per_iteration * args.num_envs,
         init=functools.partial(init_state, setup),
         iteration=functools.partial(iteration, setup),
-        metric_tags=METRIC_TAGS,
+        metrics=Metrics,
         model=lambda state: state.params,  # the online network
         act=functools.partial(greedy_action, setup),
     )
 
 
 # ===== Run harness: identical in every vibe_rl script. Nothing below is specific to one algorithm =====
-# Its map: Environments (the suites' table, ENV_SUITES) | the Algorithm, the flags, JAX's start | run
-# directories and checkpoints | the compiled programs | the driver | evaluation and outputs | main. A step
-# is one env step of every env; an iteration runs between two logged points; a chunk is several compiled
-# as one program, between which the driver logs, checkpoints and evaluates. docs/harness.md is its page
-# (the contract with the algorithm above); its one source is the repository's tests/harness.py.
+# It reads in the order of a run's life: 1 the flags | 2 environments | 3 the suites | 4 planning the runs |
+# 5 run directories and checkpoints | 6 the compiled programs | 7 the driver | 8 evaluation and outputs |
+# 9 sweeps | 10 main. A step is one env step of every env; an iteration runs between two logged points; a
+# chunk is several iterations compiled as one program, between which the driver logs, checkpoints and
+# evaluates. docs/harness.md is its page (the contract with the algorithm above); its one source is the
+# repository's tests/harness.py.
 
 import atexit
 import collections
@@ -590,7 +549,192 @@ from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 
 
-# --- Environments: a table of suites, each seen through gymnax's API --------------------------
+# --- 1. The flags: the algorithm's Args, then the run's and the machine's ------------------------------
+@dataclass
+class RunFlags:
+    """the run and the machine: the same flags in every vibe_rl script"""
+
+    exp_name: str = Path(__file__).stem  # the name of this experiment (part of the run directory's name)
+    seed: int = (
+        1  # seed of the first run; with --num-seeds S the runs use seed, seed+1, ... (in [-2^31, 2^31))
+    )
+    num_seeds: int = 1  # independent runs trained together in one program, sharded over the devices (<= 2^20)
+    sweep: tuple[str, ...] = ()
+    """a grid of configurations, each trained with every seed: NAME=V1,V2,... per flag. Flags marked [traced]
+    share one program; each value of another flag compiles its own. Ranked in {env}__{exp}__sweep__{time}/"""
+    track: bool = False  # mirror the metrics to Weights & Biases (works with WANDB_MODE=offline)
+    wandb_project_name: str = "vibe_rl"  # the wandb project name
+    wandb_entity: str | None = None  # the wandb entity (team)
+    capture_video: bool = False  # write a video of one deterministic evaluation episode to videos/
+    save_model: bool = False  # write the final parameters to {run_dir}/{exp_name}.flax
+    output_dir: str = "runs"  # parent directory of the run directories
+    resume: str | None = None  # continue the run in this run directory from its newest readable checkpoint
+    num_chunks: int = 10  # the training runs as this many compiled chunks; logs between them
+    checkpoint_frequency: int = 0
+    """checkpoint every this many env steps, at chunk ends (0: a tenth of the run); the end and a stop too"""
+    eval_episodes: int = 32  # episodes of each deterministic evaluation (run in parallel)
+    eval_frequency: int = 0  # also evaluate every this many env steps, at chunk ends (0: only at the end)
+    cpu_devices: int = 0
+    """CPU devices with no accelerator, seeds sharded on them (0: a core each, more if seeds do not divide)"""
+    jax_cache_dir: str = "~/.cache/vibe_rl/jax"
+    """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
+
+
+@dataclass
+class Flags(RunFlags, Args):
+    """Every flag of a run, the algorithm's (Args) first: what args.json records and a resume reads back."""
+
+
+@dataclass
+class CommandLine:  # what tyro parses: the algorithm's flags and the run's, each group under its heading
+    algorithm: typing.Annotated[Args, tyro.conf.OmitArgPrefixes]
+    run: typing.Annotated[RunFlags, tyro.conf.OmitArgPrefixes]
+
+
+def parse_flags(argv: list[str] | None = None) -> Flags:
+    """The command line (sys.argv's by default); --help lists the algorithm's flags, then the run's."""
+    line = tyro.cli(CommandLine, args=argv, description=(__doc__ or "").split("\n\n")[0])
+    return Flags(**asdict(line.algorithm), **asdict(line.run))
+
+
+class ArgsError(ValueError): ...  # a bad flag's value: reported in one line, exit status 2, before compiling
+
+
+def require(condition: Any, message: str) -> None:  # every check of a flag raises ArgsError through it
+    if not condition:
+        raise ArgsError(message)
+
+
+def require_positive(args: Flags, *names: str, at_least: int = 1) -> None:
+    for name in names:
+        value, what = getattr(args, name), "a positive integer" if at_least else ">= 0"
+        require(value >= at_least, f"--{name.replace('_', '-')} must be {what}, got {value}")
+
+
+def hyperparameters(args: Flags) -> Hyperparameters:  # the traced flags' values (Hyperparameters, above)
+    return Hyperparameters(*(np.float32(getattr(args, name)) for name in Hyperparameters._fields))
+
+
+def with_hyperparameters(args: Flags, hyper: Hyperparameters) -> Flags:  # in the program: traced arrays []
+    return replace(args, **hyper._asdict())
+
+
+# Flags of the machine a run happens to run on, not read back from a run's args.json (a resume without
+# --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
+# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
+RESUME_MAY_CHANGE = {"resume", "output_dir", "checkpoint_frequency", "track", "wandb_project_name"}
+RESUME_MAY_CHANGE |= {"wandb_entity", "capture_video", "save_model", *MACHINE_FLAGS}
+RESUME_MAY_CHANGE |= set(getattr(Args, "resume_may_change", ()))
+SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
+
+
+def swept(args: Flags) -> list[str]:  # the names of the flags --sweep NAME=V1,V2 ... varies
+    return [item.partition("=")[0].replace("-", "_") for item in args.sweep]
+
+
+def label(config: Flags, between: str = ",") -> str:  # a configuration's point of the grid: name=value,...
+    return between.join(f"{name}={getattr(config, name)}" for name in swept(config))
+
+
+def flag_value(name: str, text: str, hint: Any) -> Any:
+    """A --sweep value as its flag's type (int, float, bool, a choice, or None where the flag takes it)."""
+    flag = f"--{name.replace('_', '-')}"
+    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if text == "None" and type(None) in kinds:
+        return None
+    kind = next(k for k in kinds if k is not type(None))
+    choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+    if kind is bool or choices:
+        allowed = choices or ("True", "False")
+        require(text in allowed, f"--sweep {name}={text}: {flag} takes {', '.join(map(str, allowed))}")
+        return text if choices else text == "True"
+    try:
+        return kind(text)
+    except ValueError:
+        raise ArgsError(f"--sweep {name}={text}: {flag} takes a {kind.__name__}") from None
+
+
+def sweep_grid(args: Flags) -> list[Flags]:
+    """The configurations of --sweep NAME=V1,V2 ...: the product of the lists, the first name's values varying
+    slowest ([args] without it); ArgsError for a name or a value that cannot be swept."""
+    algorithm = [f.name for f in fields(Args) if f.name != "env_id"]
+    hints, defaults, grid = typing.get_type_hints(Args), Flags(), {}
+    for item in args.sweep:
+        name, _, values = item.partition("=")
+        name, flag = name.replace("-", "_"), f"--{name.replace('_', '-')}"
+        require(values, f"--sweep {item}: write NAME=V1,V2,... (a flag's name, then its values)")
+        require(name in algorithm, f"--sweep {name}: not a flag it sweeps; those are {', '.join(algorithm)}")
+        require(name not in grid, f"--sweep {name}: given twice")
+        given = args.resume is None and getattr(args, name) != getattr(defaults, name)  # a resume's: its own
+        require(not given, f"--sweep {name}: also given as {flag}; give its values once")
+        grid[name] = [flag_value(name, text, hints[name]) for text in values.split(",")]
+        require(len(set(grid[name])) == len(grid[name]), f"--sweep {name}: a value given twice")
+    return [
+        replace(args, **dict(zip(grid, point, strict=True))) for point in itertools.product(*grid.values())
+    ]
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    """A run's args.json; ArgsError when it is missing, does not read, or is another script's run."""
+    require((run_dir / "args.json").is_file(), f"--resume {run_dir}: not a run directory (no args.json)")
+    try:
+        record = json.loads((run_dir / "args.json").read_text())
+        record.update(script=record.get("script", SCRIPT))  # older runs did not record it
+    except (OSError, ValueError, AttributeError) as error:  # a torn, edited or unreadable file
+        raise ArgsError(f"--resume {run_dir}: its args.json does not read ({type(error).__name__})") from None
+    script = record["script"]
+    require(script == SCRIPT, f"--resume {run_dir}: a run of {script}, not {SCRIPT}: resume it with {script}")
+    return record
+
+
+def args_from_record(record: dict[str, Any], run_dir: Path) -> Flags:
+    """The Flags a run recorded (its machine flags are this machine's), each of its flag's type."""
+    defaults, given = Flags(), {f.name: record[f.name] for f in fields(Flags) if f.name in record}
+    given.update({name: tuple(v) for name, v in given.items() if type(v) is list})  # JSON's --sweep
+    for name, value in given.items():  # an edited args.json fails here, not as a traceback later
+        default = getattr(defaults, name)
+        typed = type(value) is type(default) or type(default) is float and type(value) is int
+        require(default is None or typed, f"--resume {run_dir}: its args.json gives {name} = {value!r}")
+    return Flags(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
+
+
+def resume_args(given: Flags) -> Flags:
+    """With --resume, the run's own Flags (its args.json); the flags given must agree with them. Without
+    --cpu-devices, the seeds lie on as many CPU devices as the run chose: the same bits on one machine."""
+    if given.resume is None:
+        return given
+    record, defaults = read_record(Path(given.resume)), Flags()
+    args = args_from_record(record, Path(given.resume))
+    for name in (f.name for f in fields(Flags)):
+        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
+        if name in RESUME_MAY_CHANGE and value != default:
+            setattr(args, name, value)
+        flag = f"--{name.replace('_', '-')} {value}"
+        ok = name in RESUME_MAY_CHANGE or value in (default, before)
+        require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
+    if given.cpu_devices == defaults.cpu_devices and type(record.get("cpu_devices")) is int:
+        args.cpu_devices = record["cpu_devices"]
+    return args
+
+
+# Several processes (ppo_multigpu --distributed); with one, these are trivial
+def is_main_process() -> bool:  # process 0 alone writes the run directories and prints
+    return jax.process_index() == 0
+
+
+def say(text: str) -> None:
+    if is_main_process():
+        print(text, flush=True)
+
+
+def to_host(tree: Any) -> Any:  # every process's arrays [n, ...], gathered to [processes * n, ...]
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+# --- 2. Environments: what every suite gives the algorithms, through gymnax's API ---------------------
 class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
     obs: jax.Array  # [N, *obs_shape] the next observation: a fresh start where the episode ended
     state: Any  # the envs' state [N]
@@ -598,7 +742,7 @@ class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
     terminated: jax.Array  # [N] bool: the MDP ended
     truncated: jax.Array  # [N] bool: the time limit cut the episode
     final_obs: jax.Array  # [N, *obs_shape] the observation reached (info["final_observation"])
-    achieved: jax.Array | None = None  # [N, A] where an episode ended, its achievements (Craftax's); else 0
+    info: jax.Array | None = None  # [N, K] what the suite tells of each episode that ended here (else 0)
 
 
 def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
@@ -622,17 +766,17 @@ class EnvSpec(NamedTuple):  # an environment, and what the networks and the harn
     action_high: np.ndarray  # [A]
     binary_obs: bool = False  # every observation entry is 0 or 1 (MinAtar's channels), so uint8 holds it
     step: Callable[..., EnvStep] = reset_every_step  # (spec, keys [N, 2], state, action) -> N envs' step
-    render: Callable[[Any, int, Path], None] | None = None  # (states [T], length, folder) writes a video
     reset: Callable[..., tuple[jax.Array, Any]] = reset_each  # (spec, key, N) -> obs [N, ...], state [N]
-    achievements: tuple[str, ...] = ()  # A: the names of the achievements an episode may unlock (Craftax)
-    achieved: Callable[[Any], jax.Array] | None = None  # one env's state -> [A] 1.0 where achieved
-    max_return: float = math.nan  # the return of every achievement: the score's 100% (Craftax)
-
-
-def make_env(env_id: str) -> EnvSpec:
-    """The EnvSpec of an id, built by the suite in ENV_SUITES whose prefix it starts with (the longest)."""
-    prefix = max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
-    return ENV_SUITES[prefix](env_id.removeprefix(prefix))
+    render: Callable[[Any, int, Path], None] | None = None  # (episode's states [T], length, folder): a video
+    episodes: Callable[[Any], Any] | None = None  # the envs' state [N] -> their running episodes' (Craftax's)
+    # A suite's own numbers (docs/harness.md): K of each ended episode (EnvStep.info), their names, and one
+    # env's state -> them; the metrics (env_state, episodic_return) -> (env_state, its counts cleared; {tag:
+    # []}) logged after every iteration, their tags; and (returns [E], info [E, K]) -> what eval.json adds
+    info_names: tuple[str, ...] = ()
+    info_of: Callable[[Any], jax.Array] | None = None
+    iteration_metrics: Callable[[Any, jax.Array], tuple[Any, dict[str, jax.Array]]] | None = None
+    metric_tags: tuple[str, ...] = ()
+    summary: Callable[[np.ndarray, np.ndarray], dict[str, Any]] | None = None
 
 
 def env_spec(env: Any, params: Any, **suite: Any) -> EnvSpec:
@@ -641,21 +785,138 @@ def env_spec(env: Any, params: Any, **suite: Any) -> EnvSpec:
     discrete = hasattr(space, "n")  # a gymnax spaces.Discrete: n actions (a Box has a shape)
     action_dim = int(space.n) if discrete else math.prod(space.shape)
     box = lambda bound: np.broadcast_to(np.asarray(bound, np.float32), (action_dim,))  # [A]
-    bounds = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
+    low, high = (np.zeros(0), np.zeros(0)) if discrete else (box(space.low), box(space.high))
     obs_shape = tuple(env.observation_space(params).shape)
-    return EnvSpec(env, params, obs_shape, discrete, action_dim, *bounds, **suite)
+    return EnvSpec(env, params, obs_shape, discrete, action_dim, low, high, **suite)
+
+
+def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
+    """num_envs fresh episodes: obs [N, *obs_shape], the envs' state [N]."""
+    return spec.reset(spec, key, num_envs)
+
+
+def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """One step of N envs (keys [N, 2]; state, action [N, ...]), each reset where its episode ended."""
+    return spec.step(spec, keys, state, action)
+
+
+def step_without_reset(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """N envs' step, none reset yet: obs is the observation reached, as final_obs."""
+    step = jax.vmap(spec.env.step_env, in_axes=(0, 0, 0, None))
+    obs, state, reward, terminated, _ = step(keys, state, action, spec.params)
+    truncated = jax.vmap(spec.env.is_truncated, in_axes=(0, None))(state, spec.params) & ~terminated
+    return EnvStep(obs, state, reward, terminated, truncated, obs)
+
+
+def where_ended(done: jax.Array, new: Any, old: Any) -> Any:  # per env [N, ...]: new where done, else old
+    return jax.tree.map(lambda n, o: jnp.where(done.reshape(-1, *[1] * (o.ndim - 1)), n, o), new, old)
+
+
+def lockstep_cond(pred: jax.Array, true_fn: Callable, false_fn: Callable, *operands: Any) -> Any:
+    """jax.lax.cond, a real branch also under the run axis's vmap (where cond computes both branches): there
+    true_fn runs for every run when any run's pred holds, so it must leave a run whose pred is false as
+    false_fn would (each run's own branch; a test checks vmapped runs step bit for bit as alone)."""
+
+    @jax.custom_batching.custom_vmap
+    def cond(pred: jax.Array, *operands: Any) -> Any:
+        return jax.lax.cond(pred, true_fn, false_fn, *operands)
+
+    @cond.def_vmap
+    def every_run(size: int, batched: list, pred: jax.Array, *operands: Any) -> tuple:
+        whole = lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape))
+        operands = jax.tree.map(whole, operands, tuple(batched[1:]))
+        pred = pred.any() if batched[0] else pred
+        out = jax.lax.cond(pred, jax.vmap(true_fn), jax.vmap(false_fn), *operands)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return cond(pred, *operands)
+
+
+# Where every episode ends at the time limit, together (DM Control's), the ended envs are reset in one batch
+# at the steps where one ended: a reset per episode, no reset computed at the other steps.
+def step_resetting_ended(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
+    """N envs' step, each reset afresh where it ended; the resets are computed only at steps where one did."""
+    stepped = step_without_reset(spec, keys, state, action)
+    done = stepped.terminated | stepped.truncated  # [N]
+
+    def reset_ended(done: jax.Array, keys: jax.Array, obs: jax.Array, state: Any) -> tuple:
+        reset_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, 1)  # keys itself stepped the envs
+        fresh = jax.vmap(spec.env.reset_env, in_axes=(0, None))(reset_keys, spec.params)
+        return where_ended(done, fresh, (obs, state))
+
+    keep = lambda done, keys, obs, state: (obs, state)
+    obs, state = lockstep_cond(done.any(), reset_ended, keep, done, keys, stepped.obs, stepped.state)
+    return stepped._replace(obs=obs, state=state)
+
+
+def save_gif(frames: list[np.ndarray], folder: Path) -> None:  # videos/eval.gif from frames [H, W, 3] uint8
+    from PIL import Image
+
+    # one palette for every frame: PIL would search one per frame, seconds per video
+    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
+    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
+    images[0].save(folder / "eval.gif", save_all=True, append_images=images[1:], duration=1000 // 30, loop=0)
+
+
+# --- 3. The suites: gymnax, Brax, Craftax, MuJoCo Playground; the table of their id prefixes ------------
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
+
+
+def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, folder: Path) -> None:
+    """videos/eval.gif: a MinAtar grid, or gymnasium's classic-control renderer (pygame), at each state."""
+    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), episode) for t in range(length)]
+    if env_id.endswith("MinAtar"):
+        import matplotlib
+
+        colours = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
+        grids = [np.asarray(env.get_obs(s, params)) for s in states]  # [10, 10, C] 0/1
+        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
+        frames = [np.kron(colours[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
+    else:
+        for driver in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # pygame draws off-screen, and plays no sound
+            os.environ.setdefault(driver, "dummy")
+        import gymnasium
+        from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
+
+        gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+        gym_env.reset(seed=0)
+        set_gym_params(gym_env.unwrapped, env_id, params)
+        frames = []
+        for state in states:
+            gym_env.unwrapped.state = get_gym_state(state, env_id)
+            if env_id == "Pendulum-v1":  # the torque arrow
+                gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
+            frames.append(gym_env.render())
+        gym_env.close()
+    save_gif(frames, folder)
 
 
 def gymnax_suite(env_id: str) -> EnvSpec:
     import gymnax  # imported here: it starts JAX, which start_jax configures first
 
     known, suites = gymnax.registered_envs, ", ".join(f"{p}<name>" for p in ENV_SUITES if p)
-    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; valid: {', '.join(known)}; "
-            f"other suites: {suites}")  # fmt: skip
+    valid = f"valid: {', '.join(known)}; other suites: {suites}"
+    require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; {valid}")
     (env, params), minatar = gymnax.make(env_id), env_id.endswith("MinAtar")
     drawn = minatar or env_id in CLASSIC_CONTROL  # MinAtar's grid, or gymnasium's renderer
     render = functools.partial(draw_gymnax, env_id, env, params) if drawn else None
     return env_spec(env, params, binary_obs=minatar, render=render)
+
+
+def keep_mujoco_log_on_console() -> None:  # MuJoCo's warnings go to the console, never to MUJOCO_LOG.TXT in
+    import mujoco  # the working directory (e.g. CheetahRun's and halfcheetah's model's deprecated attribute)
+
+    config = mujoco.MjLogConfig.get()
+    config.logto_file = False
+    config.set()
+
+
+def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # videos/eval.html, its viewer
+    from brax.io import html
+
+    states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
+    (folder / "eval.html").write_text(html.render(system, states))
 
 
 def brax_suite(name: str) -> EnvSpec:
@@ -693,6 +954,101 @@ def brax_suite(name: str) -> EnvSpec:
     return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
 
 
+# Craftax: a reset generates a world, far dearer than a step (docs/benchmarks.md, Craftax), so episodes start
+# from a pool of fresh worlds generated ahead, in batches: each start serves one episode.
+class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts their next episodes take
+    env: Any  # [N] the running episodes' states
+    start_obs: jax.Array  # [N, *obs_shape] the pool: fresh starts, one slot each, refilled in batches
+    start: Any  # [N] their states
+    fresh: jax.Array  # [N] bool: the slot holds a start no episode has taken
+    clock: jax.Array  # [N] int32 steps since the reset, the same in every env: it times the refills
+    dry_starts: jax.Array  # [N] int32 episodes begun from a taken start, the pool being empty (counted)
+    ended: jax.Array  # [N] int32 episodes ended since the harness last read them (the logs)
+    achieved: jax.Array  # [N, K] float32 their achievements, summed
+
+
+POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
+# steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
+
+
+def reset_pool(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Pooled]:
+    """num_envs fresh episodes, and a full pool of num_envs more starts."""
+    episodes, pool = jax.random.split(key)
+    obs, env = reset_each(spec, episodes, num_envs)
+    start_obs, start = reset_each(spec, pool, num_envs)
+    zeros, achieved = jnp.zeros(num_envs, jnp.int32), jnp.zeros((num_envs, len(spec.info_names)))
+    return obs, Pooled(env, start_obs, start, jnp.ones(num_envs, bool), zeros, zeros, zeros, achieved)
+
+
+def refill_pool(spec: EnvSpec, due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
+    """The pool (start_obs, start, fresh) with N/8 new starts in its first taken slots when due (the runs'
+    clocks agree, so lockstep_cond's branch is each run's own)."""
+
+    def fill(key: jax.Array, pool: tuple) -> tuple:
+        start_obs, start, fresh = pool
+        size = max(1, len(fresh) // 8)
+        slots = jnp.nonzero(~fresh, size=size, fill_value=len(fresh))[0]  # past the end: dropped
+        new_obs, new = reset_each(spec, key, size)
+        put = lambda old, new: old.at[slots].set(new, mode="drop")
+        return put(start_obs, new_obs), jax.tree.map(put, start, new), fresh.at[slots].set(True, mode="drop")
+
+    def keep(key: jax.Array, pool: tuple) -> tuple:
+        return pool
+
+    return lockstep_cond(due, fill, keep, key, pool)
+
+
+def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Array) -> EnvStep:
+    """N envs' step without gymnax's reset of every env: the k-th ended env takes the pool's k-th untaken
+    start (past those, a taken one: a dry start); its info: the ended episodes' achievements (info_of)."""
+    stepped = step_without_reset(spec, keys, state.env, action)
+    done = stepped.terminated | stepped.truncated  # [N]
+    rank = jnp.cumsum(done)  # [N] 1 for the first ended env, 2 for the second, ...
+    slot = jnp.argsort(~state.fresh, stable=True)[
+        jnp.maximum(rank - 1, 0)
+    ]  # [N] untaken first; used where done
+    taken = jnp.zeros(len(done), jnp.int32).at[slot].max(done.astype(jnp.int32)) > 0  # [N] slots taken now
+    achieved = jax.vmap(spec.info_of)(stepped.state) * done[:, None]  # [N, K]
+    due = (state.clock[0] + 1) % POOL_REFILL_EVERY == 0
+    refill_key = jax.random.fold_in(keys[0], 1)  # keys[0] itself steps env 0
+    pool = refill_pool(spec, due, refill_key, (state.start_obs, state.start, state.fresh & ~taken))
+    env = where_ended(done, jax.tree.map(lambda x: x[slot], state.start), stepped.state)
+    dry = done & (rank > state.fresh.sum())  # [N] ended envs that found no untaken start
+    counts = (state.dry_starts + dry, state.ended + done, state.achieved + achieved)
+    obs = where_ended(done, state.start_obs[slot], stepped.obs)
+    return stepped._replace(obs=obs, state=Pooled(env, *pool, state.clock + 1, *counts), info=achieved)
+
+
+CRAFTAX_TAGS = ("craftax/achievements", "craftax/score_percent", "craftax/dry_starts")
+
+
+def craftax_metrics(max_return: float, pooled: Pooled, episodic_return: jax.Array) -> tuple[Pooled, dict]:
+    """The iteration's: the ended episodes' mean achievements, the score (the mean return's share of the
+    maximum, in %; NaN where none ended) and the dry starts; the pool's counts cleared."""
+    ended = pooled.ended.sum()
+    achievements = jnp.where(ended > 0, pooled.achieved.sum() / jnp.maximum(ended, 1), jnp.nan)
+    metrics = (achievements, 100 * episodic_return / max_return, pooled.dry_starts.sum())
+    cleared = pooled._replace(ended=0 * pooled.ended, achieved=0 * pooled.achieved)
+    return cleared, dict(zip(CRAFTAX_TAGS, metrics, strict=True))
+
+
+def craftax_summary(names: tuple[str, ...], max_return: float, returns: np.ndarray, achieved: np.ndarray):
+    """eval.json's score (the mean return's share of the maximum, in %) and each achievement's rate [K]."""
+    rates = dict(zip(names, achieved.mean(0).tolist(), strict=True))
+    return {"score_percent": 100 * float(np.mean(returns)) / max_return, "achievements": rates}
+
+
+def draw_craftax(game: str, episode: Any, length: int, folder: Path) -> None:  # videos/eval.gif, its renderer
+    renderer, constants = (importlib.import_module(f"{game}.{m}") for m in ("renderer", "constants"))
+    size = constants.BLOCK_PIXEL_SIZE_IMG
+    # its textures at one size, from the wheel's images (load_all_textures writes a cache into the wheel)
+    renderer.load_all_textures = lambda: {size: constants.load_all_textures_given_size(size)}
+    render = renderer.make_craftax_pixel_renderer(size)
+    states = jax.tree.map(lambda x: x[:length], episode.craftax)
+    frames = jax.jit(lambda s: jax.lax.map(render, s, batch_size=64))(states)  # [T, H, W, 3] in 0..255
+    save_gif(list(np.asarray(frames).clip(0, 255).astype(np.uint8)), folder)
+
+
 CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
 CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line
 
@@ -709,11 +1065,14 @@ def craftax_suite(name: str) -> EnvSpec:
     from flax import struct
     from gymnax.environments import environment, spaces
 
-    raw = make_craftax_env_from_name(name, auto_reset=False)
-    game = importlib.import_module(
-        f"craftax.{'craftax_classic' if 'Classic' in name else 'craftax'}.constants"
+    raw, game = (
+        make_craftax_env_from_name(name, auto_reset=False),
+        f"craftax.craftax{'_classic' * ('Classic' in name)}",
     )
-    rewards = getattr(game, "ACHIEVEMENT_REWARD_MAP", np.ones(len(game.Achievement)))  # Classic's: 1 each
+    constants = importlib.import_module(f"{game}.constants")
+    rewards = getattr(
+        constants, "ACHIEVEMENT_REWARD_MAP", np.ones(len(constants.Achievement))
+    )  # Classic's: 1 each
     no_time_limit = raw.default_params.replace(max_timesteps=2**31 - 1)  # its game-over test, death alone
 
     @struct.dataclass
@@ -740,11 +1099,22 @@ def craftax_suite(name: str) -> EnvSpec:
             return obs, CraftaxState(time=craftax.timestep, craftax=craftax), reward, terminated, {}
 
     params = CraftaxParams(max_steps_in_episode=raw.default_params.max_timesteps, craftax=raw.default_params)
-    names = tuple(a.name.lower() for a in game.Achievement)
-    achieved = lambda state: state.craftax.achievements.astype(jnp.float32)  # [A]
-    pooled = {"step": step_from_pool, "reset": reset_pool}
-    score = {"achievements": names, "achieved": achieved, "max_return": float(np.sum(rewards))}
-    return env_spec(CraftaxEnv(), params, **pooled, **score, render=draw_craftax(name))
+    names, max_return = tuple(a.name.lower() for a in constants.Achievement), float(np.sum(rewards))
+    achieved = lambda state: state.craftax.achievements.astype(jnp.float32)  # one env's [K], 1.0: unlocked
+    pooled = dict(step=step_from_pool, reset=reset_pool, episodes=lambda pooled: pooled.env, info_of=achieved)
+    score = dict(iteration_metrics=functools.partial(craftax_metrics, max_return), metric_tags=CRAFTAX_TAGS)
+    score |= dict(info_names=names, summary=functools.partial(craftax_summary, names, max_return))
+    return env_spec(CraftaxEnv(), params, **pooled, **score, render=functools.partial(draw_craftax, game))
+
+
+def draw_playground(model: Any, structure: Any, episode: Any, length: int, folder: Path) -> None:  # Brax's
+    from brax import base  # viewer, videos/eval.html, which draws an MjModel's bodies where they are
+    from brax.io import html, mjcf
+
+    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax's own models are not developed
+    data = structure.unflatten(episode.physics).data  # mjx.Data [T]: body 0 is the world
+    pose = lambda t: types.SimpleNamespace(x=base.Transform(pos=data.xpos[t, 1:], rot=data.xquat[t, 1:]))
+    (folder / "eval.html").write_text(html.render(mjcf.load_model(model), [pose(t) for t in range(length)]))
 
 
 def playground_suite(task: str) -> EnvSpec:
@@ -760,10 +1130,16 @@ def playground_suite(task: str) -> EnvSpec:
 
     valid = ", ".join(f"playground/{n}" for n in registry.dm_control_suite.ALL_ENVS)
     download = (*registry.locomotion.ALL_ENVS, *registry.manipulation.ALL_ENVS)
-    require(task not in download, f"--env-id playground/{task} needs assets that Playground downloads when "
-            f"it loads (locomotion, manipulation); offline only DM Control's run: {valid}")  # fmt: skip
-    require(task in registry.dm_control_suite.ALL_ENVS,
-            f"--env-id playground/{task} is not a DM Control task of Playground; valid: {valid}")  # fmt: skip
+    offline = f"offline only DM Control's run: {valid}"
+    require(
+        task not in download,
+        f"--env-id playground/{task} needs assets that Playground downloads when it "
+        f"loads (locomotion, manipulation); {offline}",
+    )
+    dm_control = registry.dm_control_suite.ALL_ENVS
+    require(
+        task in dm_control, f"--env-id playground/{task} is not a DM Control task of Playground; {offline}"
+    )
     raw = registry.load(task, config_overrides={"impl": "jax"})  # MJX in JAX (Playground's default: warp)
 
     # its State (an mjx.Data, obs, reward, done, metrics, info with its rng) as its leaves: flax's checkpoints
@@ -786,27 +1162,13 @@ def playground_suite(task: str) -> EnvSpec:
             stepped = raw.step(structure.unflatten(state.physics), action)  # its randomness: its info's rng
             terminated = stepped.done > 0  # a NaN in the physics: the only end of a DM Control task
             finite = lambda x: jnp.where(jnp.isfinite(x), x, 0.0)  # that step's NaN never reaches the learner
-            physics = tuple(jax.tree.leaves(stepped))
-            return (
-                finite(stepped.obs),
-                PlaygroundState(state.time + 1, physics),
-                finite(stepped.reward),
-                terminated,
-                {},
-            )
+            state = PlaygroundState(state.time + 1, tuple(jax.tree.leaves(stepped)))
+            return finite(stepped.obs), state, finite(stepped.reward), terminated, {}
 
     # every DM Control task's action_repeat is 1: Playground's env steps once per action (its wrapper repeats)
     params = environment.EnvParams(max_steps_in_episode=raw._config.episode_length)
     render = functools.partial(draw_playground, raw.mj_model, structure)
     return env_spec(PlaygroundEnv(), params, step=step_resetting_ended, render=render)
-
-
-def keep_mujoco_log_on_console() -> None:  # MuJoCo's warnings go to the console, never to MUJOCO_LOG.TXT in
-    import mujoco  # the working directory (e.g. CheetahRun's and halfcheetah's model's deprecated attribute)
-
-    config = mujoco.MjLogConfig.get()
-    config.logto_file = False
-    config.set()
 
 
 # The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
@@ -817,163 +1179,35 @@ ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {
     "craftax/": craftax_suite,
     "playground/": playground_suite,
 }
-CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
 
-def reset_envs(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Any]:
-    """num_envs fresh episodes: obs [N, *obs_shape], the envs' state [N]."""
-    return spec.reset(spec, key, num_envs)
+def make_env(env_id: str) -> EnvSpec:
+    """The EnvSpec of an id, built by the suite in ENV_SUITES whose prefix it starts with (the longest)."""
+    prefix = max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
+    return ENV_SUITES[prefix](env_id.removeprefix(prefix))
 
 
-def step_envs(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """One step of N envs (keys [N, 2]; state, action [N, ...]), each reset where its episode ended."""
-    return spec.step(spec, keys, state, action)
+# --- 4. Planning the runs: the algorithm, the devices, the programs, the chunks, the memory -------------
+CHARTS = (
+    "episodic_return",
+    "episodic_length",
+    "learning_rate",
+    "epsilon",
+    "gradient_steps",
+)  # CleanRL's tags:
+# charts/ for these metrics, losses/ for the others
 
 
-# Where a reset costs much more than a step (Craftax generates a world: docs/benchmarks.md, Craftax), the
-# episodes start from a pool of fresh starts generated ahead, in batches: each start serves one episode.
-class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts their next episodes take
-    env: Any  # [N] the running episodes' states
-    start_obs: jax.Array  # [N, *obs_shape] the pool: fresh starts, one slot each, refilled in batches
-    start: Any  # [N] their states
-    fresh: jax.Array  # [N] bool: the slot holds a start no episode has taken
-    clock: jax.Array  # [N] int32 steps since the reset, the same in every env: it times the refills
-    dry_starts: jax.Array  # [N] int32 episodes begun from a taken start, the pool being empty (counted)
-    ended: jax.Array  # [N] int32 episodes ended since the harness last read them (the logs)
-    achieved: jax.Array  # [N, A] float32 their achievements, summed
-
-
-POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
-# steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
-
-
-def reset_pool(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Pooled]:
-    """num_envs fresh episodes, and a full pool of num_envs more starts."""
-    episodes, pool = jax.random.split(key)
-    obs, env = reset_each(spec, episodes, num_envs)
-    start_obs, start = reset_each(spec, pool, num_envs)
-    zeros = jnp.zeros(num_envs, jnp.int32)
-    achieved = jnp.zeros((num_envs, len(spec.achievements)))
-    return obs, Pooled(env, start_obs, start, jnp.ones(num_envs, bool), zeros, zeros, zeros, achieved)
-
-
-def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Array) -> EnvStep:
-    """N envs' step without gymnax's reset of every env: an ended episode's env takes the pool's first
-    untaken start (ended envs in order); when none is left it takes a used one (Pooled.dry_starts)."""
-    num_envs, env, params = len(state.fresh), spec.env, spec.params
-    step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
-    final_obs, stepped, reward, terminated, _ = step(keys, state.env, action, params)
-    truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(stepped, params) & ~terminated
-    done = terminated | truncated  # [N]
-    rank, untaken = jnp.cumsum(done) - 1, state.fresh.sum()  # [N] the order of the ended envs
-    slots = jnp.argsort(~state.fresh, stable=True)  # [N] the untaken slots first, then the taken ones
-    slot = jnp.where(done, slots[jnp.maximum(rank, 0)], num_envs)  # [N] the slot an ended env takes; N: none
-    where_done = lambda new, old: jnp.where(
-        done.reshape(-1, *[1] * (old.ndim - 1)), new[slot % num_envs], old
-    )
-    achieved = jax.vmap(spec.achieved)(stepped) * done[:, None] if spec.achieved else state.achieved  # [N, A]
-    pool = (state.start_obs, state.start, state.fresh.at[slot].set(False, mode="drop"))
-    due = (state.clock + 1) % POOL_REFILL_EVERY == 0  # [N], all the same
-    refill_key = jax.random.fold_in(keys[0], 1)  # keys[0] itself steps env 0
-    start_obs, start, fresh = refill_pool(spec, due[0], refill_key, pool)
-    pooled = Pooled(jax.tree.map(where_done, state.start, stepped), start_obs, start, fresh, state.clock + 1,
-                    state.dry_starts + (done & (rank >= untaken)), state.ended + done,
-                    state.achieved + achieved if spec.achieved else state.achieved)  # fmt: skip
-    obs = where_done(state.start_obs, final_obs)
-    return EnvStep(obs, pooled, reward, terminated, truncated, final_obs, achieved if spec.achieved else None)
-
-
-def refill_pool(spec: EnvSpec, due: jax.Array, key: jax.Array, pool: tuple) -> tuple:
-    """The pool (start_obs, start, fresh) with N/8 new starts in its first taken slots when due (the runs'
-    clocks agree, so lockstep_cond's branch is each run's own)."""
-
-    def fill(key: jax.Array, pool: tuple) -> tuple:
-        start_obs, start, fresh = pool
-        size = max(1, len(fresh) // 8)
-        slots = jnp.nonzero(~fresh, size=size, fill_value=len(fresh))[0]  # past the end: dropped
-        new_obs, new = reset_each(spec, key, size)
-        put = lambda old, new: old.at[slots].set(new, mode="drop")
-        return put(start_obs, new_obs), jax.tree.map(put, start, new), fresh.at[slots].set(True, mode="drop")
-
-    return lockstep_cond(due, fill, lambda key, pool: pool, key, pool)
-
-
-# Where every episode ends at the time limit, together (DM Control's), the ended envs are reset in one batch
-# at the steps where one ended: a reset per episode, without a pool's memory.
-def step_resetting_ended(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """N envs' step, each reset afresh where it ended; the resets are computed only at steps where one did."""
-    env, params = spec.env, spec.params
-    final_obs, stepped, reward, terminated, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
-        keys, state, action, params
-    )
-    truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(stepped, params) & ~terminated
-    done = terminated | truncated  # [N]
-
-    def reset_ended(done: jax.Array, keys: jax.Array, obs: jax.Array, state: Any) -> tuple:
-        reset_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, 1)  # keys itself stepped the envs
-        fresh_obs, fresh = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, params)
-        where_done = lambda new, old: jnp.where(done.reshape(-1, *[1] * (old.ndim - 1)), new, old)
-        return where_done(fresh_obs, obs), jax.tree.map(where_done, fresh, state)
-
-    keep = lambda done, keys, obs, state: (obs, state)
-    obs, state = lockstep_cond(done.any(), reset_ended, keep, done, keys, final_obs, stepped)
-    return EnvStep(obs, state, reward, terminated, truncated, final_obs)
-
-
-def lockstep_cond(pred: jax.Array, true_fn: Callable, false_fn: Callable, *operands: Any) -> Any:
-    """jax.lax.cond, a real branch also under the run axis's vmap (where cond computes both branches): there
-    true_fn runs for every run when any run's pred holds, so it must leave a run whose pred is false as
-    false_fn would (each run's own branch; a test checks vmapped runs step bit for bit as alone)."""
-
-    @jax.custom_batching.custom_vmap
-    def cond(pred: jax.Array, *operands: Any) -> Any:
-        return jax.lax.cond(pred, true_fn, false_fn, *operands)
-
-    @cond.def_vmap
-    def every_run(size: int, batched: list, pred: jax.Array, *operands: Any) -> tuple:
-        whole = lambda x, b: x if b else jnp.broadcast_to(x, (size, *x.shape))
-        operands = jax.tree.map(whole, operands, tuple(batched[1:]))
-        pred = pred.any() if batched[0] else pred
-        out = jax.lax.cond(pred, jax.vmap(true_fn), jax.vmap(false_fn), *operands)
-        return out, jax.tree.map(lambda _: True, out)
-
-    return cond(pred, *operands)
-
-
-class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
-    features: int
-    kernel_init: Callable = nn.initializers.lecun_normal()
-
-    @nn.compact
-    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
-        h, w = image.shape[-3:-1]
-        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
-        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
-
-
-def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
-    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
-    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
-    init = jax.custom_batching.custom_vmap(init)
-
-    @init.def_vmap
-    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
-        params = jax.lax.map(init, keys)  # keys [S, ...]
-        return params, jax.tree.map(lambda _: True, params)
-
-    return init
-
-
-# --- The Algorithm, the flags, JAX's start ----------------------------------------------------
 class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gives it to the harness
-    name: str
-    sizes: NamedTuple  # the derived sizes, written to args.json
+    name: str  # for the plot's title
+    sizes: NamedTuple  # the sizes derived from the flags (args.json records them), num_iterations among them
     env: EnvSpec  # for the evaluation episodes and the video
-    num_iterations: int
-    env_steps_per_iteration: int  # env steps of one iteration, per seed
+    env_steps_per_iteration: int  # per seed
     init: Callable[[jax.Array], Any]  # key -> the state of one seed
     iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
-    metric_tags: dict[str, str]  # metrics field (a scalar per iteration) -> tag; episodic_return among them
+    metrics: (
+        type  # the NamedTuple the iteration returns: a scalar per field, each logged; episodic_return too
+    )
     model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
     act: Callable[..., Any]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]; with act_init, below
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
@@ -982,41 +1216,21 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     # a recurrent policy: (model, E) -> its carry at the start; act is then (model, obs, carry) -> (a, carry)
     act_init: Callable[[Any, int], Any] | None = None
 
+    @property
+    def num_iterations(self) -> int:
+        return self.sizes.num_iterations
 
-def hyperparameters(args: Args) -> Hyperparameters:
-    """The values of the traced flags (the script's Hyperparameters, above), each float32 []."""
-    return Hyperparameters(*(np.float32(getattr(args, name)) for name in Hyperparameters._fields))
+    @property
+    def total_steps(self) -> int:  # env steps of the whole training, per seed
+        return self.sizes.num_iterations * self.env_steps_per_iteration
 
+    @property
+    def metric_tags(self) -> dict[str, str]:  # a metric's name -> its TensorBoard tag, CleanRL's
+        return {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for name in self.metrics._fields}
 
-def with_hyperparameters(args: Args, hyper: Hyperparameters) -> Args:
-    """args, its traced flags replaced by one run's values (inside the compiled program: traced arrays [])."""
-    return replace(args, **hyper._asdict())
-
-
-# Flags of the machine a run happens to run on, not read back from a run's args.json (a resume without
-# --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
-MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
-# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
-RESUME_MAY_CHANGE = MACHINE_FLAGS | {"resume", "output_dir", "track", "wandb_project_name", "wandb_entity",
-    "capture_video", "save_model", "checkpoint_frequency",
-    *getattr(Args, "resume_may_change", ())}  # fmt: skip
-SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
-EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
-RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
-
-
-class ArgsError(ValueError): ...  # a bad flag's value: reported in one line, exit status 2, before compiling
-
-
-def require(condition: Any, message: str) -> None:  # every check of a flag raises ArgsError through it
-    if not condition:
-        raise ArgsError(message)
-
-
-def require_positive(args: Args, *names: str, at_least: int = 1) -> None:
-    for name in names:
-        value, what = getattr(args, name), "a positive integer" if at_least else ">= 0"
-        require(value >= at_least, f"--{name.replace('_', '-')} must be {what}, got {value}")
+    @property
+    def logged_tags(self) -> list[str]:  # what each iteration logs: the algorithm's, then its env suite's
+        return [*self.metric_tags.values(), *self.env.metric_tags]
 
 
 class Deferred(types.ModuleType):  # in sys.modules for a module: imports it when an attribute is read
@@ -1026,7 +1240,24 @@ class Deferred(types.ModuleType):  # in sys.modules for a module: imports it whe
         return getattr(importlib.import_module(self.__name__), name)
 
 
-def start_jax(args: Args) -> None:
+def programs(args: Flags) -> list[list[Flags]]:
+    """The configurations of --sweep grouped by their static flags' values: one compiled program each."""
+    grouped: dict[tuple, list[Flags]] = {}
+    for config in sweep_grid(args):
+        static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
+        grouped.setdefault(static, []).append(config)
+    return list(grouped.values())
+
+
+def cpu_device_count(runs: int, cores: int) -> int:
+    """One CPU device per core; when the runs do not divide among the cores, the fewest devices up to twice
+    the cores that hold them with no padded slot: 3 seeds on 2 cores run on 3 devices, whose threads share
+    the cores, not on 2 with a 4th slot computed and thrown away (measured in docs/benchmarks.md)."""
+    unpadded = [count for count in range(cores, 2 * cores + 1) if runs % count == 0]
+    return unpadded[0] if runs > cores and unpadded else cores
+
+
+def start_jax(args: Flags) -> None:
     """Configure JAX before its backend starts (the first array, or importing gymnax, starts it): with no
     accelerator, one CPU device per core (cpu_device_count) unless --cpu-devices says how many."""
     require(args.cpu_devices <= 1024, f"--cpu-devices must be at most 1024, got {args.cpu_devices}")
@@ -1043,36 +1274,24 @@ def start_jax(args: Args) -> None:
             jax.config.update("jax_num_cpu_devices", args.cpu_devices or cpu_device_count(runs, cores))
 
 
-def cpu_device_count(runs: int, cores: int) -> int:
-    """One CPU device per core; when the runs do not divide among the cores, the fewest devices up to twice
-    the cores that hold them with no padded slot: 3 seeds on 2 cores run on 3 devices, whose threads share
-    the cores, not on 2 with a 4th slot computed and thrown away (measured in docs/benchmarks.md)."""
-    unpadded = [count for count in range(cores, 2 * cores + 1) if runs % count == 0]
-    return unpadded[0] if runs > cores and unpadded else cores
-
-
-# Several processes (ppo_multigpu --distributed); with one, these are trivial. Process 0 alone writes the
-# run directories and prints (say); to_host gathers every process's arrays [n, ...] to [processes * n, ...].
-is_main_process = lambda: jax.process_index() == 0
-say = lambda text: print(text, flush=True) if is_main_process() else None
-to_host = lambda tree: (
-    multihost_utils.process_allgather(tree, tiled=True) if jax.process_count() > 1 else jax.device_get(tree)
-)
-
-
-# --- Run directories and checkpoints -------------------------------------------------------------
 class Run(NamedTuple):  # one program's runs (a configuration x a seed each): what it writes, how they lie
-    args: Args  # the first configuration's (its static flags are every run's)
+    args: Flags  # the first configuration's (its static flags are every run's)
     algo: Algorithm
     configs: list[
-        Args
+        Flags
     ]  # R: each run's configuration (--sweep's grid point; else args), seeds varying fastest
     seeds: list[int]  # R: each run's seed
-    dirs: list[Path]  # R: one run directory per run
+    dirs: list[Path]  # R: one run directory per run (none until they are made or found)
     iterations_per_chunk: int
     num_chunks: int  # every chunk has work; only the last may be partly masked
     mesh: Mesh  # its axis "seeds" splits the runs over the devices
     slots: int  # the runs padded to a multiple of that axis (the padding's results are discarded)
+
+    def each_run(self) -> zip:  # (configuration, seed) of each run
+        return zip(self.configs, self.seeds, strict=True)
+
+    def how_many(self) -> str:
+        return f"{len(self.seeds)} {'runs (configurations x seeds)' if self.args.sweep else 'seed(s)'}"
 
 
 def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
@@ -1081,69 +1300,79 @@ def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
     return per_chunk, math.ceil(num_iterations / per_chunk)
 
 
-def write_atomic(path: Path, data: bytes) -> None:  # a temporary file renamed into place: never half-written
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
-def read_record(run_dir: Path) -> dict[str, Any]:
-    """A run's args.json; ArgsError when it is missing, does not read, or is another script's run."""
-    require((run_dir / "args.json").is_file(), f"--resume {run_dir}: not a run directory (no args.json)")
+def state_shapes(run: Run) -> Any:  # every run's state, leaves [slots, ...] (jax.ShapeDtypeStruct)
     try:
-        record = json.loads((run_dir / "args.json").read_text())
-        record.update(script=record.get("script", SCRIPT))  # older runs did not record it
-    except (OSError, ValueError, AttributeError) as error:  # a torn, edited or unreadable file
-        raise ArgsError(f"--resume {run_dir}: its args.json does not read ({type(error).__name__})") from None
-    script = record["script"]
-    require(script == SCRIPT, f"--resume {run_dir}: a run of {script}, not {SCRIPT}: resume it with {script}")
-    return record
+        one = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    except OverflowError as error:  # a size beyond an int32 index: e.g. --hidden-size 10**12
+        raise ArgsError(f"the sizes given do not fit an array ({str(error).splitlines()[0]})") from None
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype), one)
 
 
-def args_from_record(record: dict[str, Any], run_dir: Path) -> Args:
-    """The Args a run recorded (its machine flags are this machine's), each of its flag's type."""
-    defaults, given = Args(), {f.name: record[f.name] for f in fields(Args) if f.name in record}
-    given.update({name: tuple(v) for name, v in given.items() if type(v) is list})  # JSON's --sweep
-    for name, value in given.items():  # an edited args.json fails here, not as a traceback later
-        default = getattr(defaults, name)
-        typed = (
-            default is None or type(value) is type(default) or type(default) is float and type(value) is int
-        )
-        require(typed, f"--resume {run_dir}: its args.json gives {name} = {value!r}")
-    return Args(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
+def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and out
+    E = run.args.eval_episodes
+    episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
+    shape = lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype)
+    return [jax.tree.map(shape, episodes)] * 2
 
 
-def resume_args(given: Args) -> Args:
-    """With --resume, the run's own Args (its args.json); the flags given must agree with them. Without
-    --cpu-devices, the seeds lie on as many CPU devices as the run chose: the same bits on one machine."""
-    if given.resume is None:
-        return given
-    record, defaults = read_record(Path(given.resume)), Args()
-    args = args_from_record(record, Path(given.resume))
-    for name in (f.name for f in fields(Args)):
-        value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
-        if name in RESUME_MAY_CHANGE and value != default:
-            setattr(args, name, value)
-        flag = f"--{name.replace('_', '-')} {value}"
-        ok = name in RESUME_MAY_CHANGE or value in (default, before)
-        require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
-    if given.cpu_devices == defaults.cpu_devices and type(record.get("cpu_devices")) is int:
-        args.cpu_devices = record["cpu_devices"]
-    return args
+def require_memory(run: Run, shapes: Any, what: str) -> None:
+    """ArgsError when the arrays `shapes` exceed what the devices hold (an accelerator's allocator limit, or
+    the RAM, within ulimit -v), naming the flags whose values size the largest array."""
+    nbytes = lambda x: math.prod(x.shape) * np.dtype(x.dtype).itemsize
+    need, stats = sum(map(nbytes, jax.tree.leaves(shapes))), jax.local_devices()[0].memory_stats() or {}
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    have = stats.get("bytes_limit", 0) * run.mesh.size or ram
+    if (limit := resource.getrlimit(resource.RLIMIT_AS)[0]) != resource.RLIM_INFINITY:
+        have = min(have, limit)
+    largest = max(jax.tree.leaves(shapes), key=nbytes).shape
+    big = max(largest)  # named: the flags of that size, or of a large size it is a small multiple of
+    sized = lambda v: v == big or v >= 1024 and big % v == 0 and big // v <= 1024
+    ints = [(f.name, getattr(run.args, f.name)) for f in fields(Flags)]
+    skip = ("seed", "total_timesteps", "eval_frequency")
+    sizes = [
+        f"--{n.replace('_', '-')} {v}"
+        for n, v in ints
+        if type(v) is int and v > 1 and sized(v) and n not in skip
+    ]
+    if len(run.seeds) > 1 and run.args.sweep:
+        sizes.append(f"{len(run.seeds)} runs (--sweep x --num-seeds)")
+    require(
+        need <= have,
+        f"{', '.join(sizes) or 'the sizes given'}: {what} need {need / 2**30:,.1f} GiB, "
+        f"more than the {have / 2**30:,.1f} GiB of this machine",
+    )
 
 
-def programs(args: Args) -> list[list[Args]]:
-    """The configurations of --sweep grouped by their static flags' values: one compiled program each."""
-    grouped: dict[tuple, list[Args]] = {}
-    for config in sweep_grid(args):
-        static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
-        grouped.setdefault(static, []).append(config)
-    return list(grouped.values())
+def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
+    """The runs of configurations that share one program (their static flags), each with every seed; each
+    configuration passes the algorithm's own checks, and their states fit the devices' memory."""
+    for config in reversed(configs):  # each passes the algorithm's checks; algo is the first's
+        try:
+            algo = make_algorithm(config)
+        except ArgsError as error:  # a sweep's named by its grid point
+            raise ArgsError(f"--sweep {label(config, ' ')}: {error}" if config.sweep else error) from None
+    args, runs = configs[0], len(configs) * len(seeds)
+    require(algo.total_steps < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 per seed")
+    drawn = "classic-control, MinAtar, Brax, Craftax and Playground envs"  # the suites with EnvSpec.render
+    require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
+    if (mesh := algo.mesh) is None:  # the fewest devices that spread the runs most evenly
+        per_device = math.ceil(runs / min(runs, jax.device_count()))
+        devices = jax.devices()[: math.ceil(runs / per_device)]
+        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
+    slots = math.ceil(runs / mesh.shape["seeds"]) * mesh.shape["seeds"]
+    evaluations = math.ceil(algo.total_steps / args.eval_frequency) if args.eval_frequency else 0
+    chunks = plan_chunks(algo.num_iterations, max(args.num_chunks, evaluations))  # a chunk ends by each
+    configs, seeds = [c for c in configs for _ in seeds], seeds * len(configs)  # [R]: the seeds vary fastest
+    run = Run(args, algo, configs, seeds, [], *chunks, mesh, slots)
+    # three copies of the state (the chunk's input and output, the host's), and the evaluation
+    everything = [state_shapes(run)] * 3 + evaluation_shapes(run)
+    require_memory(run, everything, "the training state and its evaluation")
+    return run
 
 
-def open_runs(args: Args) -> list[Run]:
-    """Check the flags and every configuration of --sweep, group the configurations by their static flags
-    (one program each) and plan the chunks; on --resume, find and lock the runs' directories."""
+def plan_runs(args: Flags) -> list[Run]:
+    """Check the run's flags and every configuration of --sweep, group the configurations by their static
+    flags (one program each), and plan each program's runs."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", "checkpoint_frequency", at_least=0)
     require(args.num_seeds <= 2**20, f"--num-seeds must be at most 2^20, got {args.num_seeds}")
@@ -1158,87 +1387,53 @@ def open_runs(args: Args) -> list[Run]:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
     runs = [plan_run(configs, seeds) for configs in programs(args)]
     require(sum(len(run.configs) for run in runs) <= 2**20, "--sweep x --num-seeds: at most 2^20 runs")
-    if args.resume is None:
-        return runs
-    record = read_record(Path(args.resume))  # the runs found through args.json, whatever their names now
-    name = lambda config, seed: run_name(config, seed, record.get("run_stamp", "?"))  # older runs: one seed
-    runs = [run._replace(dirs=[Path(args.resume).parent / name(*r) for r in each_run(run)]) for run in runs]
-    for run in runs:  # the directory resumed by its path, in case it was renamed
-        for i, (config, seed) in enumerate(each_run(run)):
-            if label(config) == label(args) and seed == record["run_seed"]:
-                run.dirs[i] = Path(args.resume)
-    missing = [str(d) for run in runs for d in run.dirs if not (d / "args.json").is_file()]
-    require(not missing, f"--resume {args.resume}: its sibling runs' directories are missing: {missing}")
-    return [lock_run_dirs(run) for run in runs]
+    return runs
 
 
-def plan_run(configs: list[Args], seeds: list[int]) -> Run:
-    """The runs of configurations that share one program (their static flags), each with every seed; each
-    configuration passes the algorithm's own checks, and their states fit the devices' memory."""
-    for config in reversed(configs):  # each passes the algorithm's checks; algo is the first's
-        try:
-            algo = make_algorithm(config)
-        except ArgsError as error:  # a sweep's named by its grid point
-            raise ArgsError(
-                f"--sweep {label(config, ' ')}: {error}" if config.sweep else str(error)
-            ) from None
-    args, runs = configs[0], len(configs) * len(seeds)
-    total = algo.num_iterations * algo.env_steps_per_iteration  # --eval-frequency: a chunk ends by each point
-    require(total < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 env steps per seed")
-    drawn = "classic-control, MinAtar, Brax, Craftax and Playground envs"  # the suites with EnvSpec.render
-    require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
-    if (mesh := algo.mesh) is None:  # the fewest devices that spread the runs most evenly
-        per_device = math.ceil(runs / min(runs, jax.device_count()))
-        devices = jax.devices()[: math.ceil(runs / per_device)]
-        mesh = jax.make_mesh((len(devices),), ("seeds",), axis_types=(AxisType.Auto,), devices=devices)
-    slots = math.ceil(runs / mesh.shape["seeds"]) * mesh.shape["seeds"]
-    num_chunks = max(args.num_chunks, math.ceil(total / args.eval_frequency) if args.eval_frequency else 0)
-    configs, seeds = [c for c in configs for _ in seeds], seeds * len(configs)  # [R]: the seeds vary fastest
-    run = Run(args, algo, configs, seeds, [], *plan_chunks(algo.num_iterations, num_chunks), mesh, slots)
-    # three copies of the state (the chunk's input and output, the host's), and the evaluation
-    require_memory(
-        run, [state_shapes(run)] * 3 + evaluation_shapes(run), "the training state and its evaluation"
-    )
-    return run
+def say_plan(run: Run) -> None:
+    """One line where the run differs from its flags: the budget in whole iterations, the chunks."""
+    args, algo, notes = run.args, run.algo, []
+    if algo.total_steps != args.total_timesteps:
+        whole = f"{algo.num_iterations:,} iterations of {algo.env_steps_per_iteration:,}"
+        notes.append(
+            f"--total-timesteps {args.total_timesteps:,} trains {algo.total_steps:,} steps ({whole})"
+        )
+    if run.num_chunks != args.num_chunks:
+        chunks = f"{run.num_chunks} chunks of {run.iterations_per_chunk} iterations"
+        notes.append(f"--num-chunks {args.num_chunks} runs as {chunks}")
+    if notes:
+        say("; ".join(notes))
 
 
-def run_name(config: Args, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}; a sweep's labelled
+# --- 5. Run directories, their records and checkpoints ------------------------------------------------
+def run_name(config: Flags, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}; a sweep's labelled
     experiment = f"{config.exp_name}-{label(config)}" if config.sweep else config.exp_name
     return f"{config.env_id.replace('/', '-')}__{experiment}__{seed}__{stamp}"
 
 
-def make_run_dirs(runs: list[Run]) -> list[Run]:
-    """A new directory per run, with its args.json: {env}__{exp}__{seed}__{time}, then -1, -2, ... after the
-    time while a run started in the same second holds the name (made atomically: all the runs' or none). A
-    sweep's summary goes in {env}__{exp}__sweep__{time} beside them."""
-    args, stamp = runs[0].args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
-    named = lambda tag: (
-        [[Path(args.output_dir) / run_name(*r, tag) for r in each_run(run)] for run in runs]
-        + [[sweep_dir(args, tag)] if args.sweep else []]
-    )
-    dirs = named(stamp)
-    for number in itertools.count(1) if is_main_process() else []:  # only process 0 writes
-        made = []
-        try:
-            for run_dir in itertools.chain(*dirs):
-                run_dir.mkdir(parents=True)
-                made.append(run_dir)
-            break
-        except FileExistsError:  # another run's: undo, and try the next name
-            _ = [run_dir.rmdir() for run_dir in made]
-            dirs = named(f"{stamp}-{number}")
-        except OSError as error:  # a read-only file system, an --output-dir that is a file, ...
-            raise ArgsError(
-                f"--output-dir {args.output_dir}: cannot write there ({error.strerror})"
-            ) from None
-    runs = [run._replace(dirs=run_dirs) for run, run_dirs in zip(runs, dirs, strict=False)]
-    for run in runs if is_main_process() else []:
-        for config, seed, run_dir in zip(run.configs, run.seeds, run.dirs, strict=True):
-            stamp = run_dir.name.rsplit("__", 1)[1]  # siblings' names differ only by their seed and label
-            record = {**asdict(config), "script": SCRIPT, "run_seed": seed, "run_name": run_dir.name,
-                      "run_stamp": stamp, "sizes": run.algo.sizes._asdict()}  # fmt: skip
-            write_atomic(run_dir / "args.json", json.dumps(record, indent=2).encode())
-    return [lock_run_dirs(run) for run in runs]
+def sweep_dir(args: Flags, stamp: str) -> Path:  # where a sweep's summary goes, beside its runs
+    return Path(args.output_dir) / f"{args.env_id.replace('/', '-')}__{args.exp_name}__sweep__{stamp}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:  # a temporary file renamed into place: never half-written
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def make_all(dirs: list[Path]) -> bool:  # made every directory (True), or none (False: one exists already)
+    made = []
+    try:
+        for run_dir in dirs:
+            run_dir.mkdir(parents=True)
+            made.append(run_dir)
+        return True
+    except FileExistsError:  # another run's name: undo
+        for run_dir in made:
+            run_dir.rmdir()
+        return False
+    except OSError as error:  # a read-only file system, an --output-dir that is a file, ...
+        raise ArgsError(f"--output-dir {dirs[0].parent}: cannot write there ({error.strerror})") from None
 
 
 LOCKS: list[Any] = []  # the open lock files of this process's run directories, released when it exits
@@ -1260,6 +1455,45 @@ def lock_run_dirs(run: Run) -> Run:
         lock.flush()
         LOCKS.append(lock)
     return run
+
+
+def make_run_dirs(runs: list[Run]) -> list[Run]:
+    """A new directory per run, with its args.json: {env}__{exp}__{seed}__{time}, then -1, -2, ... after the
+    time while a run started in the same second holds the name (all the runs' made, or none). A sweep's
+    summary goes in {env}__{exp}__sweep__{time} beside them."""
+    args, second = runs[0].args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
+    named = lambda stamp: [
+        [Path(args.output_dir) / run_name(*r, stamp) for r in run.each_run()] for run in runs
+    ]
+    summary = lambda stamp: [sweep_dir(args, stamp)] if args.sweep else []
+    stamps = (f"{second}-{n}" if n else f"{second}" for n in itertools.count())
+    # process 0 alone writes; the first stamp free for every directory
+    stamp = next(s for s in stamps if not is_main_process() or make_all(sum(named(s), summary(s))))
+    runs = [run._replace(dirs=dirs) for run, dirs in zip(runs, named(stamp), strict=True)]
+    for run in runs if is_main_process() else []:
+        for config, seed, run_dir in zip(run.configs, run.seeds, run.dirs, strict=True):
+            record = {**asdict(config), "script": SCRIPT, "run_seed": seed, "run_name": run_dir.name}
+            record |= {"run_stamp": stamp, "sizes": run.algo.sizes._asdict()}
+            write_atomic(run_dir / "args.json", json.dumps(record, indent=2).encode())
+    return [lock_run_dirs(run) for run in runs]
+
+
+def open_run_dirs(runs: list[Run]) -> list[Run]:
+    """The runs with their directories, locked: new ones, or on --resume the run's and its siblings', found
+    through its args.json (so they may have been moved or renamed)."""
+    args = runs[0].args
+    if args.resume is None:
+        return make_run_dirs(runs)
+    record, resumed = read_record(Path(args.resume)), Path(args.resume)
+    name = functools.partial(run_name, stamp=record.get("run_stamp", "?"))  # older runs: one seed
+    runs = [run._replace(dirs=[resumed.parent / name(*r) for r in run.each_run()]) for run in runs]
+    for run in runs:  # the directory resumed by its path, in case it was renamed
+        for i, (config, seed) in enumerate(run.each_run()):
+            if label(config) == label(args) and seed == record["run_seed"]:
+                run.dirs[i] = resumed
+    missing = [str(d) for run in runs for d in run.dirs if not (d / "args.json").is_file()]
+    require(not missing, f"--resume {args.resume}: its sibling runs' directories are missing: {missing}")
+    return [lock_run_dirs(run) for run in runs]
 
 
 def save_checkpoint(run_dir: Path, iterations_done: int, global_step: int, state_of_seed: Any) -> None:
@@ -1287,7 +1521,7 @@ def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
 
 
 def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
-    """(iterations done, every seed's state) of the newest checkpoint that reads in all seed directories;
+    """(iterations done, every run's state) of the newest checkpoint that reads in all its runs' directories;
     a run stopped before its first checkpoint starts again."""
     names = sorted({p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]
     if run.args.resume is None or not names:
@@ -1302,20 +1536,67 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
     raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors)}")
 
 
-# --- The compiled programs: init, one chunk, the evaluation ----------------------------------
-# [R, ...] -> [slots, ...], repeating the runs; leaves [R, ...] -> run i's
-pad_seeds = lambda tree, slots: jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
-seed_slice = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
+class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
+    def __init__(self, run_dir: Path, args: Flags, resume_step: int):
+        self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
+        if self.jsonl.exists():  # resumed: keep what was logged up to the checkpoint, rewritten atomically
+            kept, torn = [], 0
+            for line in self.jsonl.read_text().splitlines(keepends=True):
+                try:  # a line a full disk or a kill cut short is left out, and said
+                    point = json.loads(line) if line.endswith("\n") else None
+                    kept += [line] if point["global_step"] <= resume_step else []
+                except (ValueError, TypeError, KeyError):
+                    torn += 1
+            write_atomic(self.jsonl, "".join(kept).encode())
+            if torn:
+                say(f"{self.jsonl}: left out {torn} line(s) that did not read (a write cut short)")
+        # tensorboardX's event file, written by the driver's writer (SummaryWriter pickles each to a queue)
+        self.events = EventsWriter(f"{run_dir}/events")
+        if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
+            self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
+        if args.track:  # the same wandb run after a resume, whatever the directory is called
+            import wandb
+
+            record = json.loads((run_dir / "args.json").read_text())
+            where = {"project": args.wandb_project_name, "entity": args.wandb_entity, "dir": str(run_dir)}
+            run = {"name": record["run_name"], "id": record["run_name"], "resume": "allow", "config": record}
+            self.wandb_run = wandb.init(**where, **run, reinit="create_new")
+
+    def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out; flush them to disk."""
+        with open(self.jsonl, "a") as jsonl:
+            for step, values in rows:
+                values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
+                if not values:
+                    continue
+                summary = Summary(value=[Summary.Value(tag=tag, simple_value=x) for tag, x in values.items()])
+                self.events.write_event(Event(wall_time=time.time(), step=step, summary=summary))
+                jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
+                if self.wandb_run is not None:
+                    self.wandb_run.log({**values, "global_step": step})
+        self.events.flush()
+
+    def close(self) -> None:
+        self.events.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+# --- 6. The compiled programs: init, a chunk of iterations, the evaluation ------------------------------
+EVAL_SEED = 2**31 - 1  # the evaluation's PRNGKey(EVAL_SEED): the same for every seed and every point
+RUNS_ONCE = 0  # init and the evaluation compile in about half the time at XLA level 0, and run in ms
+
+
+def pad_seeds(tree: Any, slots: int) -> Any:  # leaves [R, ...] -> [slots, ...], the runs repeated
+    return jax.tree.map(lambda x: np.take(x, np.arange(slots) % len(x), axis=0), tree)
+
+
+def seed_slice(tree: Any, i: int) -> Any:  # leaves [R, ...] -> run i's
+    return jax.tree.map(lambda x: x[i], tree)
 
 
 def seeds_program(
-    per_seed: Callable,
-    inputs: tuple,
-    level: int | None,
-    axes: Any = (0,),
-    *,
-    mesh: Mesh | None = None,
-    **jit: Any,
+    per_seed: Callable, inputs: tuple, level: int | None, axes=(0,), *, mesh=None, **jit
 ) -> Any:
     """jit(vmap(per_seed)) over the runs, split along the mesh's "seeds" axis, at XLA level `level`. One run,
     or one on each device of a 1-D mesh: per_seed unbatched (a vmapped batch of one trains slower on XLA CPU,
@@ -1335,41 +1616,28 @@ def seeds_program(
     return lowered.compile(None if level is None else {"xla_backend_optimization_level": level})
 
 
-def require_memory(run: Run, shapes: Any, what: str) -> None:
-    """ArgsError when the arrays `shapes` exceed what the devices hold (an accelerator's allocator limit, or
-    the RAM, within ulimit -v), naming the flags whose values size the largest array."""
-    nbytes = lambda x: math.prod(x.shape) * np.dtype(x.dtype).itemsize
-    need, stats = sum(map(nbytes, jax.tree.leaves(shapes))), jax.local_devices()[0].memory_stats() or {}
-    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    have = stats.get("bytes_limit", 0) * run.mesh.size or ram
-    if (limit := resource.getrlimit(resource.RLIMIT_AS)[0]) != resource.RLIM_INFINITY:
-        have = min(have, limit)
-    largest = max(jax.tree.leaves(shapes), key=nbytes).shape
-    big = max(largest)  # named: the flags of that size, or of a large size it is a small multiple of
-    sized = lambda v: v == big or v >= 1024 and big % v == 0 and big // v <= 1024
-    flags = [f for f in fields(Args) if f.name not in ("seed", "total_timesteps", "eval_frequency")]
-    sizes = [f"--{f.name.replace('_', '-')} {v}" for f in flags if type(v := getattr(run.args, f.name)) is int
-             and v > 1 and sized(v)]  # fmt: skip
-    sizes += (
-        [f"{len(run.seeds)} runs (--sweep x --num-seeds)"] if len(run.seeds) > 1 and run.args.sweep else []
-    )
-    require(need <= have, f"{', '.join(sizes) or 'the sizes given'}: {what} need {need / 2**30:,.1f} GiB, "
-            f"more than the {have / 2**30:,.1f} GiB of this machine")  # fmt: skip
+def one_seed_at_a_time(init: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """init(key), which under jax.vmap runs its keys one at a time (jax.lax.map), with the same bits:
+    a batched orthogonal init is a batched QR, which can deadlock jaxlib 0.10's CPU thread pool."""
+    init = jax.custom_batching.custom_vmap(init)
+
+    @init.def_vmap
+    def one_at_a_time(axis_size: int, in_batched: list[bool], keys: jax.Array) -> tuple[Any, Any]:
+        params = jax.lax.map(init, keys)  # keys [S, ...]
+        return params, jax.tree.map(lambda _: True, params)
+
+    return init
 
 
-def state_shapes(run: Run) -> Any:  # every run's state, leaves [slots, ...] (jax.ShapeDtypeStruct)
-    try:
-        one = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-    except OverflowError as error:  # a size beyond an int32 index: e.g. --hidden-size 10**12
-        raise ArgsError(f"the sizes given do not fit an array ({str(error).splitlines()[0]})") from None
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype), one)
+class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer on 3x3 patches: faster on CPU
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
 
-
-def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and out
-    E = run.args.eval_episodes
-    episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
-    shape = lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype)
-    return [jax.tree.map(shape, episodes)] * 2
+    @nn.compact
+    def __call__(self, image: jax.Array) -> jax.Array:  # [..., H, W, C] -> [..., H-2, W-2, features]
+        h, w = image.shape[-3:-1]
+        patches = [image[..., i : i + h - 2, j : j + w - 2, :] for i in range(3) for j in range(3)]
+        return nn.Dense(self.features, kernel_init=self.kernel_init)(jnp.concatenate(patches, axis=-1))
 
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
@@ -1397,44 +1665,31 @@ def initial_state(run: Run, restored: list[Any] | None) -> Any:
         raise ArgsError(f"the training state does not fit: {str(error).splitlines()[0]}") from None
 
 
-def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, Any]:
-    """per_chunk iterations of one seed from iteration `first`, their logged metrics [per_chunk] each; those
+def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, dict]:
+    """per_chunk iterations of one seed from iteration `first`, their logged metrics {tag: [per_chunk]}; those
     past the end (last chunk) are skipped, their metrics NaN. first is not batched over seeds, so the skip
-    stays a real branch. Logged is known without tracing the iteration twice (eval_shape would)."""
-    Logged = NamedTuple("Logged", [(name, jax.Array) for name in logged_tags(algo)])  # each float32 []
+    stays a real branch. A suite's own metrics are read from (and cleared in) the state's env_state."""
 
-    def iterate(s: Any, index: jax.Array) -> tuple[Any, Any]:
+    def iterate(s: Any, index: jax.Array) -> tuple[Any, dict]:
         s, metrics = algo.iteration(s, index)
-        if algo.env.achievements:  # the episodes that ended in the iteration, counted by the pool
-            pooled, metrics = s.env_state, achievement_metrics(algo.env, s.env_state, metrics)
-            s = s._replace(env_state=pooled._replace(ended=0 * pooled.ended, achieved=0 * pooled.achieved))
-        return s, Logged(*(jnp.asarray(getattr(metrics, name), jnp.float32) for name in Logged._fields))
+        logged = {tag: getattr(metrics, name) for name, tag in algo.metric_tags.items()}
+        if algo.env.iteration_metrics:
+            env_state, suite = algo.env.iteration_metrics(s.env_state, metrics.episodic_return)
+            s, logged = s._replace(env_state=env_state), logged | suite
+        return s, {tag: jnp.asarray(value, jnp.float32) for tag, value in logged.items()}
 
-    skip = lambda s, index: (s, Logged(*[jnp.float32(jnp.nan)] * len(Logged._fields)))
-    maybe_run = lambda s, index: jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
-    return jax.lax.scan(maybe_run, state, first + jnp.arange(per_chunk))
+    def skip(s: Any, index: jax.Array) -> tuple[Any, dict]:
+        return s, {tag: jnp.float32(jnp.nan) for tag in algo.logged_tags}
 
+    def maybe_iterate(s: Any, index: jax.Array) -> tuple[Any, dict]:
+        return jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
 
-ACHIEVEMENT_TAGS = {"achievements": "craftax/achievements", "score_percent": "craftax/score_percent",
-                    "dry_starts": "craftax/dry_starts"}  # fmt: skip
-logged_tags = lambda algo: algo.metric_tags | (ACHIEVEMENT_TAGS if algo.env.achievements else {})
-
-
-def achievement_metrics(spec: EnvSpec, pooled: Pooled, metrics: Any) -> Any:
-    """metrics with Craftax's: the mean number of achievements of the episodes that ended and the score
-    (the mean return's share of the maximum return, in %), each NaN where none ended; the dry starts."""
-    ended = pooled.ended.sum()
-    achievements = jnp.where(ended > 0, pooled.achieved.sum() / jnp.maximum(ended, 1), jnp.nan)
-    score = 100 * metrics.episodic_return / spec.max_return
-    dry = pooled.dry_starts.sum()  # since the start: episodes begun from a used world (the pool ran dry)
-    return types.SimpleNamespace(
-        **metrics._asdict(), achievements=achievements, score_percent=score, dry_starts=dry
-    )
+    return jax.lax.scan(maybe_iterate, state, first + jnp.arange(per_chunk))
 
 
 class ChunkOutput(NamedTuple):  # one chunk of every run, as its compiled program returns it
     state: Any  # leaves [slots, ...]
-    metrics: Any  # each logged tag, leaves [slots, I] (NaN for the iterations past the end)
+    metrics: dict[str, jax.Array]  # each logged tag [slots, I] (NaN for the iterations past the end)
     finite: jax.Array  # [slots] bool: the model's parameters are all finite (checked on the device)
 
 
@@ -1443,20 +1698,61 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput
     checks the parameters for non-finite values itself, so the state leaves the device only to be saved."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
-    all_finite = lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
 
     def per_seed(state: Any, first: jax.Array) -> ChunkOutput:
         state, metrics = run_chunk(run.algo, run.iterations_per_chunk, state, first)
-        return ChunkOutput(state, metrics, all_finite(run.algo.model(state)))
+        finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(run.algo.model(state))]))
+        return ChunkOutput(state, metrics, finite)
 
     start = time.perf_counter()
     jit = {"in_shardings": (shardings, replicated), "out_shardings": ChunkOutput(shardings, by_seed, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), mesh=run.mesh, **jit)
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
-    where = f"{steps:,} env steps per seed, {how_many(run)} on {run.mesh.size} device(s)"
+    where = f"{steps:,} env steps per seed, {run.how_many()} on {run.mesh.size} device(s)"
     say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
     return compiled
+
+
+class Evaluation(NamedTuple):  # E evaluation episodes: the carry of their scan, then its result
+    env_state: Any  # [E]
+    obs: jax.Array  # [E, *obs_shape]
+    returns: jax.Array  # [E] the return of each episode
+    lengths: jax.Array  # [E]
+    running: jax.Array  # [E] bool: the episode has not ended yet
+    key: jax.Array
+    policy: Any  # act's carry (a recurrent policy's hidden state), or None
+    info: jax.Array  # [E, K] what the env suite tells of each episode at its end (EnvStep.info; K is often 0)
+    first_episode: Any = None  # gymnax EnvState [T]: episode 0's states, for the video (with record=T)
+
+
+def evaluate_episodes(
+    algo: Algorithm, num_episodes: int, model: Any, key: jax.Array, record: int = 0
+) -> Evaluation:
+    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end; with
+    record=T, the same episodes' first T steps, episode 0's states kept (the video's)."""
+    spec, (reset_key, key) = algo.env, jax.random.split(key)
+    obs, env_state = reset_envs(spec, reset_key, num_episodes)
+    zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
+    running, info = jnp.ones(num_episodes, bool), jnp.zeros((num_episodes, len(spec.info_names)))
+    carry = Evaluation(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy, info)
+
+    def eval_step(c: Evaluation, _: Any = None) -> tuple[Evaluation, Any]:
+        key, step_key = jax.random.split(c.key)
+        action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
+        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
+        ended = c.running & (out.terminated | out.truncated)
+        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
+        info = c.info if out.info is None else jnp.where(ended[:, None], out.info, c.info)
+        first_episode = seed_slice(spec.episodes(c.env_state) if spec.episodes else c.env_state, 0)
+        c = Evaluation(out.state, out.obs, returns, lengths, c.running & ~ended, key, policy, info)
+        return c, first_episode
+
+    if record:
+        carry, first_episode = jax.lax.scan(eval_step, carry, None, record)
+        return carry._replace(first_episode=first_episode)
+    # until every episode has ended (each does by its time limit, which may be 100,000 steps)
+    return jax.lax.while_loop(lambda c: c.running.any(), lambda c: eval_step(c)[0], carry)
 
 
 def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
@@ -1466,7 +1762,7 @@ def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
     return seeds_program(evaluate, (state,), RUNS_ONCE, mesh=run.mesh)
 
 
-# --- The driver: chunks, and the outputs written between them ----------------------------------
+# --- 7. The driver: the chunks, and what is written out between them ----------------------------------
 def wait_for(tree: Any) -> Any:
     """tree, once computed; the driver waits in Python, not inside XLA, so a signal's handler runs."""
     leaf = jax.tree.leaves(tree)[0]
@@ -1475,76 +1771,31 @@ def wait_for(tree: Any) -> Any:
     return tree
 
 
-def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
-    """The chunks from iteration `done`. As soon as chunk k is done, chunk k+1 is dispatched; then chunk k's
-    results come to the host (its metrics; an evaluation at an evaluation point; the state where a checkpoint
-    is due) and a writer thread writes them out, in order, while the chunks go on. A write's error stops the
-    run. On non-finite parameters, a stop signal or the evaluation failing to compile, the driver dispatches
-    no more, waits for the writes and exits; it never exits while a chunk computes (Python's teardown under
-    it can crash). Transfers stay in this thread: with several processes each is a collective."""
-    algo, per_chunk, every = run.algo, run.iterations_per_chunk, run.args.eval_frequency
-    per_iteration, num_runs = algo.env_steps_per_iteration, len(run.seeds)
-    total, at_start = algo.num_iterations * per_iteration, done * per_iteration
-    save_every = run.args.checkpoint_frequency or math.ceil(total / 10)  # env steps between checkpoints
-    finished = done == algo.num_iterations
-    loggers = [RunLogger(d, run.args, at_start, finished) for d in run.dirs] if is_main_process() else []
-    writer, writes = ThreadPoolExecutor(max_workers=1), collections.deque()  # the writes not yet waited for
-    start = ready = time.perf_counter()
-    in_flight = chunk(state, np.int32(done))  # done ends a chunk (a finished run's: all its iterations skip)
-    evaluation, saved = None, at_start  # the latest evaluation (none when a finished run is resumed)
-    try:
-        for index in range(math.ceil(done / per_chunk), run.num_chunks):  # a finished run's last may be short
-            output, first = wait_for(in_flight), index * per_chunk
-            num_valid = min(per_chunk, algo.num_iterations - first)
-            began, step, state = first * per_iteration, (first + num_valid) * per_iteration, output.state
-            due = step == total or every and step // every > began // every  # an evaluation point
-            failed = evaluate.exception() if due or evaluate.done() else None  # its compile (a thread) failed
-            if due and failed is None:  # dispatched before the next chunk: its result waits for it alone
-                evaluation = evaluate.result()(state)
-            signalled = to_host(np.array([len(stop)])).any() and index + 1 < run.num_chunks  # to any process
-            if index + 1 < run.num_chunks and not signalled:
-                in_flight = chunk(state, np.int32(first + per_chunk))
-            sps, ready = num_valid * per_iteration / (time.perf_counter() - ready), time.perf_counter()
-            if not to_host(output.finite)[:num_runs].all():
-                settle(writes, keep=0)  # the checkpoints before it are on disk
-                kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
-                sys.exit(f"error: non-finite loss or parameters between steps {began:,} and {step:,}; {kept}")
-            evals = {}  # every run's mean return [S]
-            if due and failed is None:
-                returns = to_host(evaluation.returns)[:num_runs]  # [S, E]
-                evals["eval/episodic_return"] = returns.astype(np.float64).mean(-1)
-            last = index + 1 == run.num_chunks or signalled or failed is not None
-            host_state = None
-            if last or step // save_every > saved // save_every:  # a checkpoint: one host copy of the state
-                settle(writes, keep=0)
-                host_state, saved = to_host(state), step
-            # [S, I]: the real runs (not the padding), the iterations that ran
-            metrics = jax.tree.map(lambda x: x[:num_runs, :num_valid], to_host(output.metrics))  # noqa: B023
-            recent = metrics.episodic_return[:, -max(1, num_valid // 4) :]  # [S, I/4]: the last quarter
-            latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
-            bar, elapsed = "#" * int(20 * step / total), time.perf_counter() - start
-            line = f"[{bar:-<20}] {step:>10,}/{total:,} steps | {(step - at_start) / elapsed:,.0f} SPS"
-            evals_seen = "".join(f" | eval {np.mean(x):.2f}" for x in evals.values())
-            line += f" | return {latest:8.2f}{evals_seen} | {elapsed:6.1f}s"
-            rows = ChunkRows(first, num_valid, metrics, sps, evals, step, host_state)
-            writes.append(writer.submit(write_chunk, run, loggers, rows, line))
-            settle(writes, keep=0 if last else WRITES_BEHIND)  # a write's error is raised here
-            if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
-                sys.exit(cannot_evaluate(failed, step))
-            if signalled:
-                command = f"python {sys.argv[0]} --resume {run.dirs[0]}"
-                say(f"stopped at step {step:,}; checkpoint saved. Continue with: {command}")
-                sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
-    except BaseException:
-        writer.shutdown(wait=True, cancel_futures=True)  # the writes before the error finish
-        for logger in loggers:
-            logger.close()
-        wait_for(in_flight)
-        raise
-    writer.shutdown()
-    steps, took = total - at_start, time.perf_counter() - start
-    say(f"trained {steps:,} steps x {how_many(run)} in {took:.2f}s ({steps / took:,.0f} SPS per seed)")
-    return state, loggers, evaluation
+class ChunkEnd(NamedTuple):  # where chunk `index` of a run ends, and whether an evaluation is due there
+    first: int  # its first iteration
+    num_valid: int  # I: its iterations that run (the last chunk's may be fewer)
+    began: int  # the env steps per seed at its start
+    step: int  # and at its end
+    last: bool  # the run's last chunk
+    evaluate: bool  # an evaluation point: the end, and the chunk ends past each --eval-frequency env steps
+
+
+def chunk_end(run: Run, index: int) -> ChunkEnd:
+    per_iteration, every = run.algo.env_steps_per_iteration, run.args.eval_frequency
+    first = index * run.iterations_per_chunk
+    num_valid = min(run.iterations_per_chunk, run.algo.num_iterations - first)
+    began, step, last = (
+        first * per_iteration,
+        (first + num_valid) * per_iteration,
+        index + 1 == run.num_chunks,
+    )
+    return ChunkEnd(first, num_valid, began, step, last, last or every > 0 and step // every > began // every)
+
+
+def checkpoint_due(run: Run, end: ChunkEnd, saved: int) -> bool:  # saved: the env steps of the last one
+    """At the first chunk end past each --checkpoint-frequency env steps (0: a tenth of the run)."""
+    every = run.args.checkpoint_frequency or math.ceil(run.algo.total_steps / 10)
+    return end.step // every > saved // every
 
 
 WRITES_BEHIND = 4  # chunks whose outputs may wait to be written; a checkpoint waits for all before it
@@ -1556,10 +1807,18 @@ def settle(writes: collections.deque, keep: int) -> None:
         writes.popleft().result()
 
 
+def stop_if_not_finite(run: Run, output: ChunkOutput, end: ChunkEnd, writes: collections.deque) -> None:
+    """Exit naming the chunk where a run's parameters stopped being finite; the checkpoints before stay."""
+    if not to_host(output.finite)[: len(run.seeds)].all():
+        settle(writes, keep=0)  # the checkpoints before it are on disk
+        kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
+        sys.exit(f"error: non-finite loss or parameters between steps {end.began:,} and {end.step:,}; {kept}")
+
+
 class ChunkRows(NamedTuple):  # what the writer needs of one chunk, on the host
     first: int  # the chunk's first iteration
     num_valid: int  # I: its iterations that ran
-    metrics: Any  # leaves [S, I]
+    metrics: dict[str, np.ndarray]  # tag -> [S, I]
     sps: float  # logged at the chunk's last step, with the evaluations
     evals: dict[str, np.ndarray]  # tag -> [S]
     step: int  # the env steps done at its end
@@ -1568,8 +1827,8 @@ class ChunkRows(NamedTuple):  # what the writer needs of one chunk, on the host
 
 def seed_points(run: Run, rows: ChunkRows, i: int) -> list[tuple[int, dict[str, float]]]:
     """Run i's points of one chunk, (global step, tag -> value); SPS and the evaluations on the last."""
-    per_iteration, tags = run.algo.env_steps_per_iteration, logged_tags(run.algo).items()
-    points = [{tag: float(getattr(rows.metrics, m)[i, j]) for m, tag in tags} for j in range(rows.num_valid)]
+    tags, per_iteration = run.algo.logged_tags, run.algo.env_steps_per_iteration
+    points = [{tag: float(rows.metrics[tag][i, j]) for tag in tags} for j in range(rows.num_valid)]
     points[-1] |= {"charts/SPS": rows.sps} | {tag: float(x[i]) for tag, x in rows.evals.items()}
     return [((rows.first + j + 1) * per_iteration, point) for j, point in enumerate(points)]
 
@@ -1583,158 +1842,87 @@ def write_chunk(run: Run, loggers: list[RunLogger], rows: ChunkRows, line: str) 
     say(line)
 
 
-def cannot_evaluate(error: BaseException, step: int) -> str:  # the line a run exits with, checkpoints kept
-    detail = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
-    return f"error: the evaluation does not compile ({detail}); stopped at step {step:,}"
+def progress_line(run: Run, end: ChunkEnd, metrics: dict, evals: dict, elapsed: float, at_start: int) -> str:
+    """[####----] steps | SPS | the training return of the chunk's last quarter (and evaluations) | time."""
+    recent = metrics["charts/episodic_return"][:, -max(1, end.num_valid // 4) :]  # [S, I/4]
+    latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
+    bar, sps = "#" * int(20 * end.step / run.algo.total_steps), (end.step - at_start) / elapsed
+    line = (
+        f"[{bar:-<20}] {end.step:>10,}/{run.algo.total_steps:,} steps | {sps:,.0f} SPS | return {latest:8.2f}"
+    )
+    return line + "".join(f" | eval {np.mean(x):.2f}" for x in evals.values()) + f" | {elapsed:6.1f}s"
 
 
-class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
-    def __init__(self, run_dir: Path, args: Args, resume_step: int, finished: bool):
-        self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
-        if (
-            self.jsonl.exists()
-        ):  # resumed: keep what the run logged up to its checkpoint, rewritten atomically
-            kept, torn = [], 0
-            for line in self.jsonl.read_text().splitlines(keepends=True):
-                try:  # a line a full disk or a kill cut short is left out, and said
-                    point = json.loads(line) if line.endswith("\n") else None
-                    kept += [line] if point["global_step"] <= resume_step else []
-                except (ValueError, TypeError, KeyError):
-                    torn += 1
-            write_atomic(self.jsonl, "".join(kept).encode())
-            if torn:
-                say(f"{self.jsonl}: left out {torn} line(s) that did not read (a write cut short)")
-        # tensorboardX's event file, written by the driver's writer (SummaryWriter pickles each to a queue)
-        self.events = EventsWriter(f"{run_dir}/events")
-        if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
-            self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
-        if args.track and not finished:  # the same wandb run after a resume, whatever the directory is called
-            import wandb
-
-            record = json.loads((run_dir / "args.json").read_text())
-            name, project, entity = record["run_name"], args.wandb_project_name, args.wandb_entity
-            self.wandb_run = wandb.init(project=project, entity=entity, name=name, id=name, resume="allow",
-                                        reinit="create_new", dir=str(run_dir), config=record)  # fmt: skip
-
-    def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out; flush them to disk."""
-        with open(self.jsonl, "a") as jsonl:
-            for step, values in rows:
-                values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
-                if not values:
-                    continue
-                summary = Summary(value=[Summary.Value(tag=tag, simple_value=x) for tag, x in values.items()])
-                self.events.write_event(Event(wall_time=time.time(), step=step, summary=summary))
-                jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
-                if self.wandb_run is not None:
-                    self.wandb_run.log({**values, "global_step": step})
-        self.events.flush()
-
-    def close(self) -> None:
-        self.events.close()
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
+def resume_command(run: Run) -> str:
+    return f"python {sys.argv[0]} --resume {run.dirs[0]}"
 
 
-# --- Evaluation and the outputs of a finished run ----------------------------------------------
-class Evaluation(NamedTuple):  # E evaluation episodes: the carry of their scan, then its result
-    env_state: Any  # [E]
-    obs: jax.Array  # [E, *obs_shape]
-    returns: jax.Array  # [E] the return of each episode
-    lengths: jax.Array  # [E]
-    running: jax.Array  # [E] bool: the episode has not ended yet
-    key: jax.Array
-    policy: Any  # act's carry (a recurrent policy's hidden state), or None
-    achieved: jax.Array  # [E, A] each episode's achievements (Craftax's; A is 0 elsewhere)
-    first_episode: Any = None  # gymnax EnvState [T]: episode 0's states, for the video (with record=T)
+def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
+    """The chunks from iteration `done`. As soon as chunk k is done, chunk k+1 is dispatched; then chunk k's
+    results come to the host (its metrics; an evaluation at an evaluation point; the state where a checkpoint
+    is due) and a writer thread writes them out, in order, while the chunks go on. A write's error stops the
+    run. On non-finite parameters, a stop signal or the evaluation failing to compile, the driver dispatches
+    no more, waits for the writes and exits; it never exits while a chunk computes (Python's teardown under
+    it can crash). Transfers stay in this thread: with several processes each is a collective."""
+    per_iteration, num_runs = run.algo.env_steps_per_iteration, len(run.seeds)
+    at_start = done * per_iteration
+    loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
+    writer, writes = ThreadPoolExecutor(max_workers=1), collections.deque()  # the writes not yet waited for
+    start = ready = time.perf_counter()
+    in_flight = chunk(state, np.int32(done))  # done ends a chunk
+    evaluation, saved = None, at_start  # the latest evaluation; the env steps of the latest checkpoint
+    try:
+        for index in range(math.ceil(done / run.iterations_per_chunk), run.num_chunks):
+            output, end = wait_for(in_flight), chunk_end(run, index)
+            state, failed = output.state, evaluate.exception() if end.evaluate or evaluate.done() else None
+            if (
+                end.evaluate and failed is None
+            ):  # dispatched before the next chunk: its result waits for it alone
+                evaluation = evaluate.result()(state)
+            stopping = to_host(np.array([len(stop)])).any() and not end.last  # a signal to any process
+            if not end.last and not stopping:
+                in_flight = chunk(state, np.int32(end.first + run.iterations_per_chunk))
+            now = time.perf_counter()
+            sps, ready = end.num_valid * per_iteration / (now - ready), now
+            stop_if_not_finite(run, output, end, writes)
+            evals = {}  # tag -> every run's mean return [S]
+            if end.evaluate and failed is None:
+                returns = to_host(evaluation.returns)[:num_runs].astype(np.float64)  # [S, E]
+                evals["eval/episodic_return"] = returns.mean(-1)
+            ends_run, host_state = end.last or stopping or failed is not None, None
+            if ends_run or checkpoint_due(run, end, saved):  # one host copy of the state at a time
+                settle(writes, keep=0)
+                host_state, saved = to_host(state), end.step
+            # [S, I]: the real runs (not the padding), the iterations that ran
+            metrics = {tag: x[:num_runs, : end.num_valid] for tag, x in to_host(output.metrics).items()}
+            line = progress_line(run, end, metrics, evals, time.perf_counter() - start, at_start)
+            rows = ChunkRows(end.first, end.num_valid, metrics, sps, evals, end.step, host_state)
+            writes.append(writer.submit(write_chunk, run, loggers, rows, line))
+            settle(writes, keep=0 if ends_run else WRITES_BEHIND)  # a write's error is raised here
+            if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
+                detail = f"{type(failed).__name__}: {(str(failed).strip().splitlines() or [''])[0]}"
+                sys.exit(f"error: the evaluation does not compile ({detail}); stopped at step {end.step:,}")
+            if stopping:
+                say(f"stopped at step {end.step:,}; checkpoint saved. Continue with: {resume_command(run)}")
+                sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+    except BaseException:
+        writer.shutdown(wait=True, cancel_futures=True)  # the writes before the error finish
+        for logger in loggers:
+            logger.close()
+        wait_for(in_flight)
+        raise
+    writer.shutdown()
+    steps, took = run.algo.total_steps - at_start, time.perf_counter() - start
+    per = "run" if run.args.sweep else "seed"
+    say(f"trained {steps:,} steps x {run.how_many()} in {took:.2f}s ({steps / took:,.0f} SPS per {per})")
+    return state, loggers, evaluation
 
 
-def evaluate_episodes(
-    algo: Algorithm, num_episodes: int, model: Any, key: jax.Array, record: int = 0
-) -> Evaluation:
-    """num_episodes episodes in parallel with the deterministic policy algo.act, each to its end; with
-    record=T, the same episodes' first T steps, episode 0's states kept (the video's)."""
-    spec, (reset_key, key) = algo.env, jax.random.split(key)
-    obs, env_state = reset_envs(spec, reset_key, num_episodes)
-    zeros, policy = jnp.zeros(num_episodes), algo.act_init(model, num_episodes) if algo.act_init else None
-    running, achieved = jnp.ones(num_episodes, bool), jnp.zeros((num_episodes, len(spec.achievements)))
-    carry = Evaluation(env_state, obs, zeros, zeros.astype(jnp.int32), running, key, policy, achieved)
-
-    def eval_step(c: Evaluation, _: Any = None) -> tuple[Evaluation, Any]:
-        key, step_key = jax.random.split(c.key)
-        action, policy = algo.act(model, c.obs, c.policy) if algo.act_init else (algo.act(model, c.obs), None)
-        out = step_envs(spec, jax.random.split(step_key, num_episodes), c.env_state, action)
-        ended = c.running & (out.terminated | out.truncated)
-        returns, lengths = c.returns + out.reward * c.running, c.lengths + c.running
-        achieved = jnp.where(ended[:, None], out.achieved, c.achieved) if spec.achievements else c.achieved
-        first_episode = seed_slice(c.env_state.env if isinstance(c.env_state, Pooled) else c.env_state, 0)
-        c = Evaluation(out.state, out.obs, returns, lengths, c.running & ~ended, key, policy, achieved)
-        return c, first_episode
-
-    if record:
-        carry, first_episode = jax.lax.scan(eval_step, carry, None, record)
-        return carry._replace(first_episode=first_episode)
-    # until every episode has ended (each does by its time limit): Craftax's is 100,000 steps
-    return jax.lax.while_loop(lambda c: c.running.any(), lambda c: eval_step(c)[0], carry)
-
-
+# --- 8. Evaluation and the outputs of a finished run -----------------------------------------------------
 def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     returns = np.asarray(returns, np.float64)
     stats = {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": len(returns)}
     return {"returns": returns.tolist(), "lengths": np.asarray(lengths).tolist(), **stats}
-
-
-def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluate: Future, evaluation: Any) -> None:
-    """Write each seed's eval.json, plot, model and video, from the evaluation at the training's end."""
-    algo, args, step = run.algo, run.args, run.algo.num_iterations * run.algo.env_steps_per_iteration
-    if evaluation is None and evaluate.exception():  # a finished run resumed evaluates again (same bits)
-        sys.exit(cannot_evaluate(evaluate.exception(), step))
-    result = to_host(evaluate.result()(state) if evaluation is None else evaluation)
-    models = to_host(jax.vmap(algo.model)(state)) if args.save_model else None
-    if args.capture_video:  # episode 0 again, its states kept: as long as the longest seed's
-        key, longest = jax.random.PRNGKey(EVAL_SEED), int(result.lengths[:, 0].max())
-        record = lambda s: (
-            evaluate_episodes(algo, args.eval_episodes, algo.model(s), key, longest).first_episode
-        )
-        videos = to_host(seeds_program(record, (state,), RUNS_ONCE, mesh=run.mesh)(state))
-    for i, (run_dir, config, seed, logger) in enumerate(
-        zip(run.dirs, run.configs, run.seeds, loggers, strict=False)
-    ):
-        summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": step}
-        if algo.env.achievements:  # Craftax's score: the mean return's share of the maximum, in %
-            rates = result.achieved[i].mean(0)  # [A] the episodes that unlocked each
-            summary["score_percent"] = 100 * summary["mean"] / algo.env.max_return
-            summary["achievements"] = dict(zip(algo.env.achievements, rates.tolist(), strict=True))
-        logger.close()
-        points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
-        curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
-        summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
-        write_atomic(run_dir / "eval.json", json.dumps(summary, indent=2).encode())
-        plot_returns(
-            run_dir,
-            f"{algo.name} on {args.env_id}, {label(config) + ', ' if args.sweep else ''}seed {seed}",
-            points,
-        )
-        if models is not None:  # --save-model
-            write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
-        if args.capture_video:
-            (run_dir / "videos").mkdir(exist_ok=True)
-            algo.env.render(seed_slice(videos, i), summary["lengths"][0], run_dir / "videos")
-        mean, std = summary["mean"], summary["std"]
-        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
-
-
-def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
-    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was (to
-    the bit for a run of one seed: the same program, compiled at the same XLA level)."""
-    args = args_from_record(read_record(Path(run_dir)), Path(run_dir))
-    algo = make_algorithm(args)
-    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
-    model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
-    key, models = jax.random.PRNGKey(seed), jax.tree.map(lambda x: np.asarray(x)[None], model)  # one seed's
-    evaluate = lambda m: evaluate_episodes(algo, episodes or args.eval_episodes, m, key)
-    result = seed_slice(seeds_program(evaluate, (models,), RUNS_ONCE)(models), 0)
-    return eval_summary(result.returns, result.lengths)
 
 
 def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
@@ -1752,139 +1940,62 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
 
 
-def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, folder: Path) -> None:
-    """videos/eval.gif: a MinAtar grid, or gymnasium's classic-control renderer (pygame), at each state."""
-    states = [jax.tree.map(lambda x, t=t: np.asarray(x[t]), episode) for t in range(length)]
-    if env_id.endswith("MinAtar"):
-        import matplotlib
-
-        colours = (np.vstack([[0, 0, 0], matplotlib.colormaps["tab10"].colors]) * 255).astype(np.uint8)
-        grids = [np.asarray(env.get_obs(s, params)) for s in states]  # [10, 10, C] 0/1
-        channels = [np.where(g.any(-1), g.argmax(-1) % 10 + 1, 0) for g in grids]  # [10, 10], 0: empty
-        frames = [np.kron(colours[c], np.ones((24, 24, 1), np.uint8)) for c in channels]
-    else:
-        for driver in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):  # pygame draws off-screen, and plays no sound
-            os.environ.setdefault(driver, "dummy")
-        import gymnasium
-        from gymnax.visualize.vis_gym import get_gym_state, set_gym_params
-
-        gym_env = gymnasium.make(env_id, render_mode="rgb_array")
-        gym_env.reset(seed=0)
-        set_gym_params(gym_env.unwrapped, env_id, params)
-        frames = []
-        for state in states:
-            gym_env.unwrapped.state = get_gym_state(state, env_id)
-            if env_id == "Pendulum-v1":  # the torque arrow
-                gym_env.unwrapped.last_u = np.asarray(state.last_u, np.float64)
-            frames.append(gym_env.render())
-        gym_env.close()
-    save_gif(frames, folder)
+def write_outputs(run: Run, state: Any, first_lengths: np.ndarray) -> None:
+    """--save-model's {exp_name}.flax and --capture-video's video in each run's directory, of the final state;
+    first_lengths [R]: each run's evaluation episode 0's length (the video's)."""
+    algo, args = run.algo, run.args
+    if args.save_model:
+        models = to_host(jax.vmap(algo.model)(state))
+        for i, run_dir in enumerate(run.dirs if is_main_process() else []):
+            write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
+    if args.capture_video:  # episode 0 again, its states kept: as long as the longest seed's
+        key, longest = jax.random.PRNGKey(EVAL_SEED), int(np.max(first_lengths))
+        record = lambda s: (
+            evaluate_episodes(algo, args.eval_episodes, algo.model(s), key, longest).first_episode
+        )
+        videos = to_host(seeds_program(record, (state,), RUNS_ONCE, mesh=run.mesh)(state))
+        for i, run_dir in enumerate(run.dirs if is_main_process() else []):
+            (run_dir / "videos").mkdir(exist_ok=True)
+            algo.env.render(seed_slice(videos, i), int(first_lengths[i]), run_dir / "videos")
 
 
-def save_gif(frames: list[np.ndarray], folder: Path) -> None:  # videos/eval.gif from frames [H, W, 3] uint8
-    from PIL import Image
-
-    # one palette for every frame: PIL would search one per frame, seconds per video
-    sample = np.concatenate([frame[::2, ::2] for frame in frames[:: max(1, len(frames) // 16)]])
-    palette = Image.fromarray(sample).quantize(255, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
-    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
-    images[0].save(folder / "eval.gif", save_all=True, append_images=images[1:], duration=1000 // 30, loop=0)
-
-
-def draw_craftax(name: str) -> Callable[[Any, int, Path], None]:
-    def draw(episode: Any, length: int, folder: Path) -> None:  # videos/eval.gif, with Craftax's renderer
-        game = f"craftax.{'craftax_classic' if 'Classic' in name else 'craftax'}"
-        renderer, constants = (importlib.import_module(f"{game}.{m}") for m in ("renderer", "constants"))
-        size = constants.BLOCK_PIXEL_SIZE_IMG
-        # its textures at one size, from the wheel's images (load_all_textures writes a cache into the wheel)
-        renderer.load_all_textures = lambda: {size: constants.load_all_textures_given_size(size)}
-        render = renderer.make_craftax_pixel_renderer(size)
-        states = jax.tree.map(lambda x: x[:length], episode.craftax)
-        frames = jax.jit(lambda s: jax.lax.map(render, s, batch_size=64))(states)  # [T, H, W, 3] in 0..255
-        save_gif(list(np.asarray(frames).clip(0, 255).astype(np.uint8)), folder)
-
-    return draw
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluation: Evaluation) -> None:
+    """Each run's eval.json and plot from the evaluation at the training's end, then the model and video."""
+    algo, args, result = run.algo, run.args, to_host(evaluation)
+    for i, logger in enumerate(loggers):  # process 0's
+        run_dir, config, seed = run.dirs[i], run.configs[i], run.seeds[i]
+        summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": algo.total_steps}
+        if algo.env.summary:  # the env suite's own (Craftax: its score, each achievement's rate)
+            summary |= algo.env.summary(result.returns[i], result.info[i])
+        logger.close()
+        points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
+        curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
+        summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
+        write_atomic(run_dir / "eval.json", json.dumps(summary, indent=2).encode())
+        plot_returns(
+            run_dir,
+            f"{algo.name} on {args.env_id}, {label(config) + ', ' * bool(args.sweep)}seed {seed}",
+            points,
+        )
+        mean, std = summary["mean"], summary["std"]
+        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+    write_outputs(run, state, result.lengths[:, 0])
 
 
-def draw_brax(system: Any, episode: Any, length: int, folder: Path) -> None:  # videos/eval.html, its viewer
-    from brax.io import html
-
-    states = [jax.tree.map(lambda x, t=t: x[t], episode.brax.pipeline_state) for t in range(length)]
-    (folder / "eval.html").write_text(html.render(system, states))
-
-
-def draw_playground(model: Any, structure: Any, episode: Any, length: int, folder: Path) -> None:  # Brax's
-    from brax import base  # viewer, videos/eval.html, which draws an MjModel's bodies where they are
-    from brax.io import html, mjcf
-
-    warnings.filterwarnings("ignore", "Brax System", UserWarning)  # that brax's own models are not developed
-    data = structure.unflatten(episode.physics).data  # mjx.Data [T]: body 0 is the world
-    pose = lambda t: types.SimpleNamespace(x=base.Transform(pos=data.xpos[t, 1:], rot=data.xquat[t, 1:]))
-    (folder / "eval.html").write_text(html.render(mjcf.load_model(model), [pose(t) for t in range(length)]))
+def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
+    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was (to
+    the bit for a run of one seed: the same program, compiled at the same XLA level)."""
+    args = args_from_record(read_record(Path(run_dir)), Path(run_dir))
+    algo = make_algorithm(args)
+    template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
+    model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
+    key, models = jax.random.PRNGKey(seed), jax.tree.map(lambda x: np.asarray(x)[None], model)  # one seed's
+    evaluate = lambda m: evaluate_episodes(algo, episodes or args.eval_episodes, m, key)
+    result = seed_slice(seeds_program(evaluate, (models,), RUNS_ONCE)(models), 0)
+    return eval_summary(result.returns, result.lengths)
 
 
-# --- Sweeps: a grid of configurations, trained with the seeds, and its ranked summary --------------
-swept = lambda args: [item.partition("=")[0].replace("-", "_") for item in args.sweep]  # the names of --sweep
-label = lambda config, between=",": between.join(
-    f"{n}={getattr(config, n)}" for n in swept(config)
-)  # its point
-sweep_dir = lambda args, stamp: (
-    Path(args.output_dir) / f"{args.env_id.replace('/', '-')}__{args.exp_name}__sweep__{stamp}"
-)
-each_run = lambda run: zip(run.configs, run.seeds, strict=True)  # (configuration, seed) of each run
-how_many = lambda run: f"{len(run.seeds)} {'runs (configurations x seeds)' if run.args.sweep else 'seed(s)'}"
-
-
-def sweep_grid(args: Args) -> list[Args]:
-    """The configurations of --sweep NAME=V1,V2 ...: the product of the lists, the first name's values varying
-    slowest ([args] without it); ArgsError for a name or a value that cannot be swept."""
-    flags = [f.name for f in fields(Args)]
-    algorithm = [name for name in flags[: flags.index("exp_name")] if name != "env_id"]  # Args' first block
-    hints, defaults, grid = typing.get_type_hints(Args), Args(), {}
-    for item in args.sweep:
-        name, _, values = item.partition("=")
-        name, flag = name.replace("-", "_"), f"--{name.replace('_', '-')}"
-        require(values, f"--sweep {item}: write NAME=V1,V2,... (a flag's name, then its values)")
-        require(name in algorithm, f"--sweep {name}: not a flag it sweeps; those are {', '.join(algorithm)}")
-        require(name not in grid, f"--sweep {name}: given twice")
-        given = args.resume is None and getattr(args, name) != getattr(defaults, name)  # a resume's: its own
-        require(not given, f"--sweep {name}: also given as {flag}; give its values once")
-        grid[name] = [flag_value(name, text, hints[name]) for text in values.split(",")]
-        require(len(set(grid[name])) == len(grid[name]), f"--sweep {name}: a value given twice")
-    return [
-        replace(args, **dict(zip(grid, point, strict=True))) for point in itertools.product(*grid.values())
-    ]
-
-
-def flag_value(name: str, text: str, hint: Any) -> Any:
-    """A --sweep value as its flag's type (int, float, bool, a choice, or None where the flag takes it)."""
-    flag = f"--{name.replace('_', '-')}"
-    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if text == "None" and type(None) in kinds:
-        return None
-    kind = next(k for k in kinds if k is not type(None))
-    choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
-    if kind is bool or choices:
-        allowed = choices or ("True", "False")
-        require(text in allowed, f"--sweep {name}={text}: {flag} takes {', '.join(map(str, allowed))}")
-        return text if choices else text == "True"
-    try:
-        return kind(text)
-    except ValueError:
-        raise ArgsError(f"--sweep {name}={text}: {flag} takes a {kind.__name__}") from None
-
-
-def command_line(config: Args, seed: int) -> str:
-    """The command that trains config alone, from seed: its flags that differ from the defaults."""
-    defaults, parts = Args(), [f"python {sys.argv[0]}", f"--env-id {config.env_id}"]
-    left_out = {"env_id", "sweep", "resume", "seed", "output_dir"} | MACHINE_FLAGS
-    for name in (f.name for f in fields(Args) if f.name not in left_out):
-        value, flag = getattr(config, name), f"--{name.replace('_', '-')}"
-        if value != getattr(defaults, name) and value is not None:
-            parts.append(flag.replace("--", "--no-", not value) if type(value) is bool else f"{flag} {value}")
-    return shlex.join(parts[:1]).strip("'") + " " + " ".join(parts[1:] + [f"--seed {seed}"])
-
-
+# --- 9. Sweeps: each configuration's seeds summed up, and the configurations ranked ---------------------
 def iqm(scores: np.ndarray) -> float:  # the interquartile mean: floor(n / 4) dropped at each end
     x = np.sort(np.asarray(scores, np.float64))
     return float(x[len(x) // 4 : len(x) - len(x) // 4].mean())
@@ -1895,6 +2006,17 @@ def bootstrap(scores: np.ndarray, statistic: Callable = iqm, reps: int = 2000) -
     x = np.asarray(scores, np.float64)
     samples = x[np.random.default_rng(0).integers(0, len(x), (reps, len(x)))]  # [reps, S]
     return tuple(float(v) for v in np.percentile([statistic(sample) for sample in samples], [2.5, 97.5]))
+
+
+def command_line(config: Flags, seed: int) -> str:
+    """The command that trains config alone, from seed: its flags that differ from the defaults."""
+    defaults, parts = Flags(), [f"python {sys.argv[0]}", f"--env-id {config.env_id}"]
+    left_out = {"env_id", "sweep", "resume", "seed", "output_dir"} | MACHINE_FLAGS
+    for name in (f.name for f in fields(Flags) if f.name not in left_out):
+        value, flag = getattr(config, name), f"--{name.replace('_', '-')}"
+        if value != getattr(defaults, name) and value is not None:
+            parts.append(flag.replace("--", "--no-", not value) if type(value) is bool else f"{flag} {value}")
+    return shlex.join(parts[:1]).strip("'") + " " + " ".join(parts[1:] + [f"--seed {seed}"])
 
 
 def configuration_results(run: Run, first: int) -> dict[str, Any]:
@@ -1908,8 +2030,9 @@ def configuration_results(run: Run, first: int) -> dict[str, Any]:
     curves = [
         np.array([(p["global_step"], p[tag]) for p in points if tag in p]) for points in logged
     ]  # [S][P, 2]
-    results = {"config": label(config), "values": {name: getattr(config, name) for name in swept(config)},
-               "iqm": iqm(finals), "ci95": bootstrap(finals), "final_returns": finals.tolist()}  # fmt: skip
+    values = {name: getattr(config, name) for name in swept(config)}
+    results = {"config": label(config), "values": values, "iqm": iqm(finals), "ci95": bootstrap(finals)}
+    results["final_returns"] = finals.tolist()
     if (
         args.eval_frequency
     ):  # the area under the evaluation curve, per env step: the mean return while training
@@ -1918,44 +2041,6 @@ def configuration_results(run: Run, first: int) -> dict[str, Any]:
         results["eval_curve_area"] = float(np.mean(area))
     command = command_line(config, args.seed + seeds)  # the next seeds: fresh ones
     return results | {"command": command, "run_dirs": [d.name for d in dirs], "curves": curves}
-
-
-def write_sweep_summary(runs: list[Run]) -> None:
-    """sweep.json, sweep.md and sweep.png: the configurations ranked by the IQM of their seeds' final
-    deterministic evaluations, with 95% bootstrap intervals (and, with --eval-frequency, the area under the
-    evaluation curve); then the winner's command, on fresh seeds."""
-    args = runs[0].args
-    folder = sweep_dir(args, runs[0].dirs[0].name.rsplit("__", 1)[1])
-    folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
-    every = range(0, len(runs[0].configs), args.num_seeds)
-    rows = [configuration_results(run, first) for run in runs for first in every]
-    rows.sort(key=lambda r: (-r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0)))  # ties: the surer first
-    first, last = args.seed, args.seed + args.num_seeds - 1
-    warning = (
-        f"The winner is picked on seeds {first}..{last}: re-evaluate it on fresh seeds before reporting it"
-    )
-    ranked_by = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI)"
-    ranked_by += "; a tie goes to the higher lower end of the interval"
-    summary = {"env_id": args.env_id, "script": SCRIPT, "sweep": list(args.sweep), "seeds": args.num_seeds,
-               "ranked_by": ranked_by, "winner": rows[0]["command"], "warning": warning}  # fmt: skip
-    configs = [{k: v for k, v in row.items() if k != "curves"} for row in rows]
-    write_atomic(folder / "sweep.json", json.dumps(summary | {"configs": configs}, indent=2).encode())
-    area = args.eval_frequency > 0
-    table = [
-        "| rank | configuration | IQM | 95% CI |" + " eval curve area |" * area + " seeds' final returns |"
-    ]
-    table.append("|---" * (5 + area) + "|")
-    for rank, row in enumerate(rows, 1):
-        (low, high), returns = row["ci95"], ", ".join(f"{x:.1f}" for x in row["final_returns"])
-        cells = [rank, row["config"], f"{row['iqm']:.2f}", f"[{low:.2f}, {high:.2f}]"]
-        cells += [f"{row['eval_curve_area']:.2f}", returns] if area else [returns]
-        table.append("| " + " | ".join(map(str, cells)) + " |")
-    title = f"# Sweep: {SCRIPT} on {args.env_id}, {args.num_seeds} seed(s) per configuration"
-    text = "\n".join([title, "", f"Ranked by {ranked_by}.", "", *table, "", f"Winner: `{rows[0]['command']}`",
-                      "", f"{warning}: the command above trains it on the next seeds.", ""])  # fmt: skip
-    write_atomic(folder / "sweep.md", text.encode())
-    plot_sweep(folder / "sweep.png", f"{SCRIPT} on {args.env_id}", rows, area)
-    print(f"{text}\nwritten to {folder}/: sweep.json, sweep.md, sweep.png")
 
 
 def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> None:
@@ -1978,59 +2063,51 @@ def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> No
     fig.savefig(path, dpi=100)
 
 
-def main() -> None:
-    """Train every run (a configuration x a seed) in compiled chunks, then evaluate each and write out."""
-    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
-    atexit.register(gc.freeze)
-    stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
-
-    def remember(signum: int, _frame: Any) -> None:
-        if stop:  # a second signal quits at once: every checkpoint written is whole (renamed into place)
-            print(f"\nreceived signal {signum} again: quitting now", file=sys.stderr, flush=True)
-            os._exit(128 + signum)
-        stop.append(signum)
-        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
-
-    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
-    args = tyro.cli(Args)
-    try:  # every bad input is reported here, in one line, before anything compiles
-        start_jax(args := resume_args(args))
-        runs = open_runs(args)  # one per program: a sweep's static flags make several
-        if args.sweep:
-            configs = sum(len(run.configs) for run in runs) // args.num_seeds
-            say(f"sweep: {configs} configurations x {args.num_seeds} seed(s), in {len(runs)} program(s)")
-        done, restored = restore_checkpoints(runs[0])
-        state = initial_state(runs[0], restored)
-        train_all(runs if args.resume else make_run_dirs(runs), state, done, stop)
-    except ArgsError as error:
-        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as error:  # a full disk, a directory gone read-only, ...: every checkpoint written stays
-        sys.exit(f"error: {error.strerror or error}: {error.filename or ''}; the last checkpoint is kept")
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for lock in LOCKS:  # the run directories are free again (main() called from Python)
-            lock.close()
-        LOCKS.clear()
-
-
-def train_all(runs: list[Run], state: Any, done: int, stop: list[int]) -> None:
-    """Each program in turn, from the first's state (iteration `done`), then a sweep's summary."""
-    for number, run in enumerate(runs):
-        if number:  # the next program of a sweep
-            if stop:
-                say(f"stopped; checkpoints saved. Continue with: python {sys.argv[0]} --resume {run.dirs[0]}")
-                sys.exit(128 + stop[0])
-            done, restored = restore_checkpoints(run)
-            state = initial_state(run, restored)
-        train_and_finish(run, state, done, stop)
-        state = None
-    if runs[0].args.sweep and is_main_process():
-        write_sweep_summary(runs)
+def write_sweep_summary(runs: list[Run]) -> None:
+    """sweep.json, sweep.md and sweep.png: the configurations ranked by the IQM of their seeds' final
+    deterministic evaluations, with 95% bootstrap intervals (and, with --eval-frequency, the area under the
+    evaluation curve); then the winner's command, on fresh seeds."""
+    args = runs[0].args
+    folder = sweep_dir(args, runs[0].dirs[0].name.rsplit("__", 1)[1])
+    folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
+    every = range(0, len(runs[0].configs), args.num_seeds)
+    rows = [configuration_results(run, first) for run in runs for first in every]
+    rows.sort(key=lambda r: (-r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0)))  # ties: the surer first
+    first, last = args.seed, args.seed + args.num_seeds - 1
+    warning = (
+        f"The winner is picked on seeds {first}..{last}: re-evaluate it on fresh seeds before reporting it"
+    )
+    ranked_by = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI)"
+    ranked_by += "; a tie goes to the higher lower end of the interval"
+    summary = {"env_id": args.env_id, "script": SCRIPT, "sweep": list(args.sweep), "seeds": args.num_seeds}
+    summary |= {"ranked_by": ranked_by, "winner": rows[0]["command"], "warning": warning}
+    configs = [{k: v for k, v in row.items() if k != "curves"} for row in rows]
+    write_atomic(folder / "sweep.json", json.dumps(summary | {"configs": configs}, indent=2).encode())
+    area = args.eval_frequency > 0
+    table = [
+        "| rank | configuration | IQM | 95% CI |" + " eval curve area |" * area + " seeds' final returns |"
+    ]
+    table.append("|---" * (5 + area) + "|")
+    for rank, row in enumerate(rows, 1):
+        (low, high), returns = row["ci95"], ", ".join(f"{x:.1f}" for x in row["final_returns"])
+        cells = [rank, row["config"], f"{row['iqm']:.2f}", f"[{low:.2f}, {high:.2f}]"]
+        cells += [f"{row['eval_curve_area']:.2f}", returns] if area else [returns]
+        table.append("| " + " | ".join(map(str, cells)) + " |")
+    title = f"# Sweep: {SCRIPT} on {args.env_id}, {args.num_seeds} seed(s) per configuration"
+    winner = [
+        f"Winner: `{rows[0]['command']}`",
+        "",
+        f"{warning}: the command above trains it on the next seeds.",
+    ]
+    text = "\n".join([title, "", f"Ranked by {ranked_by}.", "", *table, "", *winner, ""])
+    write_atomic(folder / "sweep.md", text.encode())
+    plot_sweep(folder / "sweep.png", f"{SCRIPT} on {args.env_id}", rows, area)
+    print(f"{text}\nwritten to {folder}/: sweep.json, sweep.md, sweep.png")
 
 
-evaluation_first = lambda: jax.default_backend() != "cpu"  # the chunks wait for the evaluation's compile
+# --- 10. main: a run's life, top to bottom -----------------------------------------------------------------
+def evaluation_first() -> bool:  # on an accelerator the chunks wait for the evaluation's compile
+    return jax.default_backend() != "cpu"
 
 
 def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> None:
@@ -2045,7 +2122,74 @@ def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> None:
             futures.wait([evaluate])
         pool.submit(importlib.import_module, "matplotlib.figure")
         state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
-    finish_run(run, state, loggers, evaluate, evaluation)
+    finish_run(run, state, loggers, evaluation)
+
+
+def finished(run: Run, restored: list[Any]) -> None:
+    """A finished run resumed: nothing trains; the model and the video are written if asked for."""
+    evaluations = [json.loads((d / "eval.json").read_text()) for d in run.dirs]
+    for run_dir, evaluation in zip(run.dirs, evaluations, strict=True):
+        say(
+            f"{run_dir}: finished at step {evaluation['global_step']:,}, eval return {evaluation['mean']:.2f}"
+        )
+    if run.args.save_model or run.args.capture_video:
+        write_outputs(run, initial_state(run, restored), np.array([e["lengths"][0] for e in evaluations]))
+
+
+def train_all(runs: list[Run], stop: list[int]) -> None:
+    """Each program in turn, from its runs' newest checkpoints, then a sweep's summary."""
+    for number, run in enumerate(runs):
+        if number and stop:  # the next program of a sweep
+            say(f"stopped; checkpoints saved. Continue with: {resume_command(run)}")
+            sys.exit(128 + stop[0])
+        done, restored = restore_checkpoints(run)
+        if done == run.algo.num_iterations and all((d / "eval.json").is_file() for d in run.dirs):
+            finished(run, restored)
+        else:
+            train_and_finish(run, initial_state(run, restored), done, stop)
+    if runs[0].args.sweep and is_main_process():
+        write_sweep_summary(runs)
+
+
+def main() -> None:
+    """Train every run (a configuration x a seed) in compiled chunks, then evaluate each and write out."""
+    gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
+    atexit.register(gc.freeze)
+    stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
+    resume: list[str] = []  # the command that resumes the run, once its directories exist
+
+    def remember(signum: int, _frame: Any) -> None:
+        if stop:  # a second signal quits at once: every checkpoint written is whole (renamed into place)
+            hint = f"; continue from the last checkpoint with: {resume[0]}" if resume else ""
+            print(f"\nreceived signal {signum} again: quitting now{hint}", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+        stop.append(signum)
+        print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
+
+    previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
+    args = parse_flags()
+    try:  # every bad input is reported here, in one line, before anything compiles
+        start_jax(args := resume_args(args))
+        runs = plan_runs(args)  # one per program: a sweep's static flags make several
+        if args.sweep:
+            configs = sum(len(run.configs) for run in runs) // args.num_seeds
+            say(f"sweep: {configs} configurations x {args.num_seeds} seed(s), in {len(runs)} program(s)")
+        if args.resume is None:
+            say_plan(runs[0])
+        runs = open_run_dirs(runs)
+        resume.append(resume_command(runs[0]))
+        train_all(runs, stop)
+    except ArgsError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as error:  # a full disk, a directory gone read-only, ...: every checkpoint written stays
+        sys.exit(f"error: {error.strerror or error}: {error.filename or ''}; the last checkpoint is kept")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for lock in LOCKS:  # the run directories are free again (main() called from Python)
+            lock.close()
+        LOCKS.clear()
 
 
 if __name__ == "__main__":
