@@ -3,6 +3,7 @@ what a run writes, and small probe environments with a known value function."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 import importlib.util
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import flax.serialization
@@ -293,13 +294,15 @@ class AsymmetricBoxProbe(ConstantRewardProbe):
 
 def run_in_chunks(module: ModuleType, algo: Any, key: jax.Array, num_chunks: int) -> tuple[Any, list[Any]]:
     """Train one seed as the CLI does, in compiled chunks planned by the harness (the last one
-    may be partly masked): the final state, and each chunk's metrics by their names (losses/td_loss: td_loss)."""
+    may be partly masked): the final state, and each chunk's metrics by name (losses/td_loss: td_loss)."""
     per_chunk, chunks = module.plan_chunks(algo.num_iterations, num_chunks)
     chunk = jax.jit(lambda state, first: module.run_chunk(algo, per_chunk, state, first))
     state, metrics = algo.init(key), []
     for c in range(chunks):
         state, logged = chunk(state, jnp.int32(c * per_chunk))  # {tag: [per_chunk]}
-        metrics.append(SimpleNamespace(**{tag.rpartition("/")[2]: x for tag, x in logged.items()}))
+        by_name = {tag.rpartition("/")[2]: x for tag, x in logged.items()}
+        logged_type = metrics[0].__class__ if metrics else collections.namedtuple("Logged", by_name)
+        metrics.append(logged_type(**by_name))  # a pytree, as Metrics is
     return state, metrics
 
 

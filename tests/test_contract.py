@@ -1,13 +1,16 @@
-"""What every vibe_rl script guarantees on the command line, tested once for all of them.
+"""What every vibe_rl script guarantees on the command line.
 
-Each script's run harness (below its banner) is the same text, so these tests are written
-once and parametrised over the scripts: bad input exits 2 with one line before compiling;
-a --resume that conflicts with the run is refused; a moved run directory resumes; a corrupt
-checkpoint falls back to the previous one, and none readable exits 2 naming the file; a
-non-finite stop keeps the checkpoints; a run writes its whole directory; a run stopped by
-Ctrl-C or SIGTERM and resumed ends bitwise equal to an uninterrupted one; seeds sharded over
-several devices train as on one; the chunk plan gives every chunk work. The runs are tiny (a
-few thousand steps): they check the contract, not learning.
+The run harness below each banner is one text (the first test keeps every copy identical to
+tests/harness.py), so its behaviour is tested once, on ppo_jax_scan (and dqn_jax, a replay buffer,
+for the whole run): bad input exits 2 with one line before compiling; a --resume that conflicts
+with the run is refused; a moved run directory resumes; a corrupt checkpoint falls back to the
+previous one, and none readable exits 2 naming the file; a non-finite stop keeps the checkpoints;
+a run writes its whole directory; a run stopped by Ctrl-C or SIGTERM and resumed ends bitwise
+equal to an uninterrupted one; seeds sharded over several devices train as on one. What is each
+script's own is tested for every script: its bad flags, its sizes and chunk plan, its state's
+types, and that a checkpoint of its state resumes it bitwise. docs/harness.md has the table of
+where each behaviour is tested. The runs are tiny (a few thousand steps): they check the
+contract, not learning.
 """
 
 from __future__ import annotations
@@ -364,11 +367,9 @@ NO_RENDERER = (
     "--capture-video renders classic-control",
 )
 DRAWS_ALL_IT_TAKES = ("sac_jax", "td3_jax")
-BAD_INPUTS = [
-    (name, f, m)
-    for name, c in SCRIPTS.items()
-    for f, m in COMMON_BAD_INPUTS + c.bad_inputs + ([] if name in DRAWS_ALL_IT_TAKES else [NO_RENDERER])
-]
+# the harness's (one script stands for all), then each script's own
+BAD_INPUTS = [("ppo_jax_scan", f, m) for f, m in [*COMMON_BAD_INPUTS, NO_RENDERER]]
+BAD_INPUTS += [(name, f, m) for name, c in SCRIPTS.items() for f, m in c.bad_inputs]
 
 
 @pytest.mark.parametrize(("name", "bad_flags", "message"), BAD_INPUTS)
@@ -381,21 +382,23 @@ def test_bad_input_exits_2_with_one_line(name, bad_flags, message, capsys, monke
     assert len(lines) == 1 and f"{name}.py: error: {message}" in lines[0], err
 
 
-def test_bad_input_from_the_shell(script):
+def test_bad_input_from_the_shell():
     """As a user sees it: status 2, one line, no traceback, nothing written."""
-    result = run_script(script, "--env-id", "Nope-v0", "--output-dir", "/nonexistent/never", timeout=120)
+    result = run_script(
+        "ppo_jax_scan", "--env-id", "Nope-v0", "--output-dir", "/nonexistent/never", timeout=120
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "is not a gymnax environment" in result.stderr
 
 
-def test_track_without_a_wandb_login_exits_2_before_compiling(script, tmp_path, capsys, monkeypatch):
+def test_track_without_a_wandb_login_exits_2_before_compiling(tmp_path, capsys, monkeypatch):
     """--track with no key (nor WANDB_MODE=offline) used to fail in wandb.init, after compiling."""
     for variable in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_MODE_OFFLINE", "NETRC"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc holds a key
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
     flags = ["--track", "--output-dir", str(tmp_path / "runs")]
-    code, err = exit_of_main(load_script(script), flags, monkeypatch, capsys)
+    code, err = exit_of_main(load_script("ppo_jax_scan"), flags, monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1 and "--track: No API key configured" in err, err
     assert not (tmp_path / "runs").exists()  # refused before any directory was made
 
@@ -411,20 +414,21 @@ def fake_run(parent: Path, script: str, **saved: Any) -> Path:
     return run_dir
 
 
-def test_resume_with_conflicting_flags_is_refused(script, tmp_path, capsys, monkeypatch):
+def test_resume_with_conflicting_flags_is_refused(tmp_path, capsys, monkeypatch):
     """The training's flags, and the evaluation's (its curve's points stay comparable), are the run's."""
-    module, run_dir = load_script(script), fake_run(tmp_path, script, total_timesteps=12_345, eval_episodes=8)
+    module = load_script("ppo_jax_scan")
+    run_dir = fake_run(tmp_path, "ppo_jax_scan", total_timesteps=12_345, eval_episodes=8)
     for flag, value, before in (("--total-timesteps", "7000", "12345"), ("--eval-episodes", "5", "8")):
         code, err = exit_of_main(module, ["--resume", str(run_dir), flag, value], monkeypatch, capsys)
         assert code == 2 and err.count("\n") == 1
         assert f"{flag} {value} conflicts with the run's {before}" in err
 
 
-def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(script, tmp_path, capsys, monkeypatch):
+def test_resume_without_a_readable_checkpoint_exits_2_naming_the_file(tmp_path, capsys, monkeypatch):
     """Checkpoints that are there but do not read are refused (a run stopped before its first one
     resumes from the start: tests/test_faults.py)."""
-    run_dir = fake_run(tmp_path, script)
-    module = load_script(script)
+    run_dir = fake_run(tmp_path, "ppo_jax_scan")
+    module = load_script("ppo_jax_scan")
     (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "step_000000000512.msgpack").write_bytes(b"\x81\xa5trunc")  # cut short
     code, err = exit_of_main(module, ["--resume", str(run_dir)], monkeypatch, capsys)
@@ -506,6 +510,7 @@ def seed_dirs(output_dir: Path) -> list[Path]:
     return sorted((p for p in output_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name.split("__")[-2]))
 
 
+@pytest.mark.parametrize("script", ["ppo_jax_scan", "dqn_jax"])  # the harness's; dqn_jax: a replay buffer
 def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_the_same(script, tmp_path):
     """Three seeds sharded over 2 CPU devices (padded to 4 slots), with every output on:
     TensorBoard, metrics.jsonl, the plot, eval.json, the checkpoints, the model (which
@@ -817,7 +822,8 @@ def test_a_lone_seed_runs_unbatched_and_keeps_its_seed_axis(monkeypatch):
         assert len(vmapped) == seeds - 1  # no vmap for one seed, one for two
 
 
-def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, capsys, monkeypatch):
+def test_a_non_finite_run_stops_and_keeps_its_checkpoints(tmp_path, capsys, monkeypatch):
+    script = "ppo_jax_scan"
     contract = SCRIPTS[script]
     bad = [*contract.run, *contract.non_finite, "--output-dir", str(tmp_path)]
     code, _ = exit_of_main(load_script(script), bad, monkeypatch, capsys)
@@ -825,3 +831,33 @@ def test_a_non_finite_run_stops_and_keeps_its_checkpoints(script, tmp_path, caps
     run_dir = only_run_dir(tmp_path)
     assert not (run_dir / "eval.json").exists()
     assert not list(run_dir.glob("checkpoints/*.tmp"))
+
+
+def test_a_checkpoint_of_its_state_resumes_it_bitwise(script, tmp_path):
+    """What a resume does, in one process: chunk 1, each run's state through save_checkpoint and
+    read_checkpoint, initial_state, chunk 2; it ends as chunks 1 and 2 run straight. Every part of
+    the state must come back (a replay buffer, the normalisers, the RNG keys, the env state) with its
+    dtype and layout, or the program or the numbers differ. Two seeds on one device (a vmapped
+    batch). The signal, the files and the moved directories are the harness's: tested on ppo_jax_scan
+    and dqn_jax above."""
+    module, contract = load_script(script), SCRIPTS[script]
+    args = module.parse_flags([*contract.run, "--num-seeds", "2", "--output-dir", str(tmp_path)])
+    run = module.open_run_dirs(module.plan_runs(args))[0]
+    try:
+        state = module.initial_state(run, None)
+        chunk, first = module.compile_chunk(run, state), run.iterations_per_chunk
+        after_one = chunk(state, np.int32(0)).state
+        host = module.to_host(after_one)
+        for i, run_dir in enumerate(run.dirs):
+            module.save_checkpoint(
+                run_dir, first, first * run.algo.env_steps_per_iteration, module.seed_slice(host, i)
+            )
+        resumed_run = run._replace(args=dataclasses.replace(args, resume=str(run.dirs[0])))
+        done, restored = module.restore_checkpoints(resumed_run)
+        assert done == first
+        resumed = chunk(module.initial_state(run, restored), np.int32(first)).state
+        assert tree_equal(resumed, chunk(after_one, np.int32(first)).state)
+    finally:
+        for lock in module.LOCKS:
+            lock.close()
+        module.LOCKS.clear()

@@ -335,7 +335,11 @@ def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, m
     ("name", "flags"),
     [
         ("ppo_jax_scan", ["--total-timesteps", "20480", "--num-steps", "32", "--num-chunks", "5"]),
-        ("dqn_jax", ["--total-timesteps", "3000", "--learning-starts", "500", "--num-chunks", "2"]),
+        pytest.param(  # the harness's function: one script stands for all; -m slow: DQN's too
+            "dqn_jax",
+            ["--total-timesteps", "3000", "--learning-starts", "500", "--num-chunks", "2"],
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_evaluate_saved_model_reproduces_eval_json_to_the_bit(name, flags, tmp_path):

@@ -101,7 +101,9 @@ def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path
         assert image.format == "PNG" and min(image.size) > 100
 
 
-@pytest.mark.parametrize("name, tiny", [("ppo_jax_scan", PPO_TINY), ("dqn_jax", DQN_TINY)])
+@pytest.mark.parametrize(  # the harness's layout: ppo_jax_scan stands for all; -m slow adds a replay buffer
+    "name, tiny", [("ppo_jax_scan", PPO_TINY), pytest.param("dqn_jax", DQN_TINY, marks=pytest.mark.slow)]
+)
 def test_a_sweeps_run_equals_its_configuration_run_alone(name, tiny, tmp_path):
     """Two configurations x seed 1 on 2 devices, against the first configuration x seed 1 alone: one run per
     device, each device runs its run unbatched (seeds_program), as a run alone does, so run (first
