@@ -70,14 +70,6 @@ def cases(cli: argparse.Namespace) -> list[tuple[Case, int]]:
     return chosen + ([(dqn, seeds) for seeds in cli.dqn_seeds] if not cli.ppo_only else [])
 
 
-class NoEvents:  # an event file that writes nothing: metrics.jsonl's cost alone
-    def write_event(self, _event: Any) -> None: ...
-
-    def flush(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
 def clock(fn: Callable[[], Any], repeats: int) -> float:
     """Best wall seconds of fn() over `repeats` calls."""
     times = []
@@ -120,7 +112,7 @@ def measure(case: Case, num_seeds: int, output_dir: Path, repeats: int) -> dict[
     def driver() -> float:  # the same, as train_chunks runs them; the device's idle seconds between chunks
         dispatched.clear(), ready.clear()
         with contextlib.redirect_stdout(io.StringIO()), patched(h, "wait_for", wait_for):
-            _, loggers, _ = h.train_chunks(run, dispatch, evaluate, state, 0, [])
+            _, loggers, _, _ = h.train_chunks(run, dispatch, evaluate, state, 0, [])
         for logger in loggers:
             logger.close()
         return device_idle(dispatched, ready[0], compute)
@@ -142,14 +134,13 @@ def measure(case: Case, num_seeds: int, output_dir: Path, repeats: int) -> dict[
     host_state = h.to_host(output.state)
     loggers = [h.RunLogger(d, args, 0) for d in run.dirs]
     step_of = lambda j: (j + 1) * run.algo.env_steps_per_iteration
-    chunk_rows = h.ChunkRows(0, per_chunk, metrics, 0.0, {}, step_of(per_chunk - 1), None)
+    chunk_rows = h.ChunkRows(0, per_chunk, metrics, 0.0, {}, step_of(per_chunk - 1), None, {}, set())
     rows = lambda: [h.seed_points(run, chunk_rows, i) for i in range(num_seeds)]
     every_seeds_rows = rows()
     write_all = lambda: [logger.write(r) for logger, r in zip(loggers, every_seeds_rows, strict=True)]
     logs = clock(write_all, repeats)
-    for logger in loggers:
-        logger.events.close()
-        logger.events = NoEvents()
+    for logger in loggers:  # the rows without their TensorBoard events: metrics.jsonl alone
+        logger.append_events = lambda events: None
     jsonl = clock(write_all, repeats)
     checkpoint = lambda: [
         h.save_checkpoint(run.dirs[i], per_chunk, step_of(per_chunk - 1), h.seed_slice(host_state, i))

@@ -1,8 +1,9 @@
 """The benchmark harness: does every script still learn, and how fast is it, on this machine.
 
-    python -m benchmark --quick                  every script on one env, short budget (smoke test)
-    python -m benchmark --full                   the whole suite at full budget
-    python -m benchmark --algos ppo --envs CartPole-v1 --seeds 2 --out bench
+    python -m benchmark                          every script on one env, short budget (smoke test; minutes)
+    python -m benchmark --quick                  the same, named
+    python -m benchmark --full                   the whole suite at full budget (hours on a CPU)
+    python -m benchmark --full --algos ppo --envs CartPole-v1 --seeds 2 --out bench
     python -m benchmark --quick --peers          + rejax and Stable-Baselines3, when installed
     python -m benchmark --full --results-doc     + write docs/results.md, the page to cite
     python -m benchmark --from-results OUT/results.json --results-doc   the same from a saved run
@@ -65,6 +66,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import importlib.util
 import json
 import math
 import os
@@ -857,8 +859,9 @@ def write_results_doc(
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmark", description=__doc__.splitlines()[0])
     preset = parser.add_mutually_exclusive_group()
-    preset.add_argument("--quick", action="store_true", help="entries with a quick budget (a smoke test)")
-    preset.add_argument("--full", action="store_true", help="the whole suite at full budget (the default)")
+    quick = "entries with a quick budget, minutes (a smoke test; the default)"
+    preset.add_argument("--quick", action="store_true", help=quick)
+    preset.add_argument("--full", action="store_true", help="the whole suite at full budget (hours on a CPU)")
     parser.add_argument(
         "--algos", help="comma-separated scripts, e.g. ppo_jax_scan,dqn (a prefix selects all)"
     )
@@ -909,11 +912,17 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or args.from_results[0].parent
         out.mkdir(parents=True, exist_ok=True)
         return write_outputs(report, out, args)
-    preset = "quick" if args.quick else "full"
+    quick = not args.full  # without a preset: the quick one, minutes (the full suite takes hours on a CPU)
+    preset = "quick" if quick else "full"
     suite = load_suite(args.suite)
     entries = select_entries(
-        suite, args.quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points
+        suite, quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points
     )
+    if importlib.util.find_spec("mujoco_playground") is None:  # the optional extra: its entries skipped, said
+        skipped = [e for e in entries if e["env"].startswith("playground/")]
+        entries = [e for e in entries if e not in skipped]
+        for entry in skipped:
+            print(f"skipped {entry['script']} on {entry['env']}: pip install -e '.[playground]' to run it")
     out = args.out or ROOT / "benchmark" / "out" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": [], "notes": args.note}
@@ -930,9 +939,9 @@ def main(argv: list[str] | None = None) -> int:
                     cache[key] = ceiling(*key)
                 r["ceiling_sps"] = cache[key]
     if not args.no_seed_scaling and "seed_scaling" in suite:
-        report["seed_scaling"] = seed_scaling(suite["seed_scaling"], args.quick, out)
+        report["seed_scaling"] = seed_scaling(suite["seed_scaling"], quick, out)
     if args.peers and "peers" in suite:
-        report["peers"] = run_peers(suite["peers"], args.quick, out)
+        report["peers"] = run_peers(suite["peers"], quick, out)
     return write_outputs(report, out, args)
 
 

@@ -21,6 +21,7 @@ import pytest
 from _helpers import (
     ROOT,
     exit_of_main,
+    interrupt_after_compiling,
     load_script,
     only_run_dir,
     read_jsonl,
@@ -42,9 +43,7 @@ def steps_logged(run_dir: Path) -> list[int]:
 
 
 def release_locks(module: Any) -> None:  # what main() does as it returns
-    for lock in module.LOCKS:
-        lock.close()
-    module.LOCKS.clear()
+    module.release_claims()
 
 
 def finished_run(tmp_path: Path, *extra: str) -> Path:
@@ -364,3 +363,151 @@ def test_a_finished_run_resumed_with_track_makes_no_wandb_run(tmp_path):
     resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--track")
     assert resumed.returncode == 0, resumed.stderr
     assert not (run_dir / "wandb").exists()
+
+
+# --- A sweep survives its worst configuration (S1-S7) --------------------------------------------------
+def test_s1_a_diverging_configuration_stops_alone_and_the_sweep_finishes(tmp_path, capsys, monkeypatch):
+    """One learning rate of three diverges: its run stops (diverged.json names the loss and the step), the two
+    others train to their end, sweep.md ranks it last, marked, and the last line names it; exit status 0. A
+    resume of any of its runs is a no-op that says the sweep is finished. inf is refused as a value."""
+    module = load_script("ppo_jax_scan")
+    sweep = [*budget(12, 4), "--sweep", "learning_rate=1e-4,1e-3,1e30", "--output-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *sweep, *session_cache()])
+    module.main()  # returns: no SystemExit
+    out = capsys.readouterr().out
+    runs = {d.name.split("__")[1]: d for d in tmp_path.iterdir() if "__sweep__" not in d.name}
+    diverged = runs["ppo_jax_scan-learning_rate=1e+30"]
+    record = json.loads((diverged / "diverged.json").read_text())
+    assert record["non_finite"].startswith("losses/") and 0 < record["at_step"] <= 64 * 12, record
+    assert not (diverged / "eval.json").exists()
+    assert all((d / "eval.json").is_file() for name, d in runs.items() if d != diverged)
+    assert f"diverged, and trained no further: {diverged.name}" in out.splitlines()[-1]
+    (folder,) = tmp_path.glob("*__sweep__*")
+    table = [line for line in (folder / "sweep.md").read_text().splitlines() if line.startswith("| 3 |")]
+    assert "learning_rate=1e+30; diverged: " in table[0], table
+    for run_dir in runs.values():
+        resumed = run_script("ppo_jax_scan", "--resume", str(run_dir))
+        assert resumed.returncode == 0 and "nothing to train" in resumed.stdout, resumed.stderr
+        assert "compiled one chunk" not in resumed.stdout
+    code, err = exit_of_main(module, ["--learning-rate", "inf"], monkeypatch, capsys)
+    assert code == 2 and "--learning-rate must be a finite number, got inf" in err
+
+
+def test_s1_when_every_run_diverges_the_process_exits_1_naming_them(tmp_path, capsys, monkeypatch):
+    module = load_script("ppo_jax_scan")
+    flags = [*budget(8, 4), "--learning-rate", "1e30", "--num-seeds", "2", "--output-dir", str(tmp_path)]
+    code, _ = exit_of_main(module, flags, monkeypatch, capsys)
+    assert str(code).startswith("error: non-finite loss or parameters in every run: "), code
+    assert all(d.name in str(code) for d in tmp_path.iterdir())
+    assert all((d / "diverged.json").is_file() and not (d / "eval.json").exists() for d in tmp_path.iterdir())
+
+
+def test_s2_a_moved_sweep_writes_its_summary_where_it_lies_now(tmp_path):
+    """A sweep stopped in its second program, its folder moved: the resume writes sweep.json in the new
+    folder, and nothing where the sweep was."""
+    sweep = [*budget(4, 2), "--sweep", "hidden_size=16,32", "--output-dir", str(tmp_path / "before")]
+    process = start_script("ppo_jax_scan", *sweep)
+    interrupt_after_compiling(process, signal.SIGTERM)
+    (tmp_path / "before").rename(tmp_path / "after")
+    resumed = run_script("ppo_jax_scan", "--resume", str(next((tmp_path / "after").glob("*hidden_size=16*"))))
+    assert resumed.returncode == 0, resumed.stderr
+    assert list((tmp_path / "after").glob("*__sweep__*/sweep.json")) and not (tmp_path / "before").exists()
+
+
+def test_s3_a_process_trains_more_runs_than_its_open_files_allow(tmp_path):
+    """ulimit -n 256 and 512 seeds: every run trains and writes its eval.json (no file stays open per run)."""
+    flags = [*budget(2, 1), "--num-seeds", "512", "--eval-episodes", "1", "--output-dir", str(tmp_path)]
+    command = script_command("ppo_jax_scan", *flags)
+    command["args"] = ["bash", "-c", 'ulimit -n 256 && exec "$@"', "bash", *command["args"]]
+    result = subprocess.run(**command, capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(list(tmp_path.glob("*/eval.json"))) == 512
+
+
+def test_s4_a_large_static_grid_says_what_is_coming_and_is_refused_past_the_cap(
+    tmp_path, capsys, monkeypatch
+):
+    module = load_script("ppo_jax_scan")
+    monkeypatch.setattr(module, "make_algorithm", lambda *_: pytest.fail("it planned the programs"))
+    values = ",".join(str(n) for n in range(8, 1008))
+    flags = ["--sweep", f"hidden_size={values}", "--output-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *flags, *session_cache()])
+    with pytest.raises(SystemExit) as exit_info:
+        module.main()
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert "--sweep: 1000 programs, one per value of its static flags (hidden_size)" in err, err
+    assert "--sweep-max-programs 32" in err
+    assert "sweep: 1000 configurations x 1 seed(s) = 1000 runs, in 1000 program(s)" in out
+
+
+def test_s5_a_chunk_whose_arrays_cannot_fit_is_refused_after_compiling_naming_its_flags(
+    tmp_path, capsys, monkeypatch
+):
+    """The state fits; the chunk's rollout does not: XLA's count of the compiled chunk is checked before it
+    runs (here against a 20 MB limit), one line, nothing left behind."""
+    module = load_script("ppo_jax_scan")
+    limit = 20 * 2**20
+    monkeypatch.setattr(module.resource, "getrlimit", lambda _: (limit, limit))
+    flags = [
+        "--num-envs",
+        "64",
+        "--num-steps",
+        "4096",
+        "--total-timesteps",
+        str(64 * 4096),
+        "--num-minibatches",
+        "1",
+    ]
+    code, err = exit_of_main(module, [*flags, "--output-dir", str(tmp_path)], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1 and "a chunk's arrays" in err and "--num-steps 4096" in err, err
+    assert not any(tmp_path.iterdir())  # the run directories made for it are gone
+
+
+def test_s5_running_out_of_memory_is_one_line_with_exit_1(tmp_path, capsys, monkeypatch):
+    module = load_script("ppo_jax_scan")
+    compile_chunk = module.compile_chunk
+
+    def exhausted(*args: Any) -> Any:
+        compile_chunk(*args)
+
+        def chunk(*_: Any) -> Any:
+            raise module.jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 123 bytes.")
+
+        return chunk
+
+    monkeypatch.setattr(module, "compile_chunk", exhausted)
+    code, err = exit_of_main(module, [*budget(4, 2), "--output-dir", str(tmp_path)], monkeypatch, capsys)
+    assert str(code).startswith("error: out of memory (--num-envs 4") and "nothing was saved" in str(code), (
+        code
+    )
+    assert "\n" not in str(code) and "Traceback" not in err
+
+
+@pytest.mark.parametrize("after", [0.3, 0.6, 1.0])
+def test_s6_ctrl_c_while_the_script_loads_exits_130_without_a_traceback(after):
+    process = start_script("ppo_jax_scan", "--total-timesteps", "1024")
+    time.sleep(after)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in err, (process.returncode, err[-2000:])
+
+
+def test_s7_the_messages_say_what_happened(tmp_path, capsys, monkeypatch):
+    module = load_script("ppo_jax_scan")
+    code, err = exit_of_main(module, ["--sweep", "learning_rate=1e-4,", "1e-3"], monkeypatch, capsys)
+    assert code == 2 and "a space split the list" in err, err
+    run_dir = finished_run(tmp_path / "a")
+    for path in (run_dir / "args.json", run_dir):  # args.json itself: its run
+        resumed = run_script("ppo_jax_scan", "--resume", str(path))
+        assert resumed.returncode == 0 and "nothing to train" in resumed.stdout, resumed.stderr
+    code, err = exit_of_main(
+        module, ["--resume", str(run_dir), "--sweep", "gamma=0.9,0.8"], monkeypatch, capsys
+    )
+    assert (
+        code == 2
+        and "--sweep gamma=0.9,0.8 conflicts with the run's" in err
+        and "(" not in err.split(":")[-1]
+    )
+    code, err = exit_of_main(load_script("dqn_jax"), ["--buffer-size", "2000000000"], monkeypatch, capsys)
+    assert code == 2 and "--buffer-size 2000000000" in err and "--learning-starts" not in err, err

@@ -71,7 +71,7 @@ def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path
     sweep = ["--sweep", "learning_rate=1e-4,2.5e-4,1e-3", "ent_coef=0,0.01", "--num-seeds", "2"]
     result = run_script("ppo_jax_scan", *PPO_TINY, *sweep, "--output-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert "6 configurations x 2 seed(s), in 1 program(s)" in result.stdout
+    assert "6 configurations x 2 seed(s) = 12 runs, in 1 program(s)" in result.stdout
     assert result.stdout.count("compiled one chunk") == 1
     dirs = run_dirs(tmp_path)
     assert len(dirs) == 12 and all((d / "eval.json").is_file() and read_events(d) for d in dirs)
@@ -130,7 +130,7 @@ def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_
              "learning_rate=1e-3,3e-4", "--cpu-devices", "2"]  # fmt: skip
     whole = run_script("ppo_jax_scan", *sweep, "--output-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr
-    assert "4 configurations x 1 seed(s), in 2 program(s)" in whole.stdout
+    assert "4 configurations x 1 seed(s) = 4 runs, in 2 program(s)" in whole.stdout
     assert whole.stdout.count("compiled one chunk") == 2
     (folder,) = (tmp_path / "whole").glob("*__sweep__*")
     ranked = json.loads((folder / "sweep.json").read_text())["configs"]
@@ -186,7 +186,7 @@ def test_a_sweep_whose_replay_buffers_cannot_fit_is_refused_naming_its_runs(tmp_
     flags = ["--buffer-size", "20000000", "--sweep", "learning_rate=1e-3,1e-4", "gamma=0.9,0.99",
              "--num-seeds", "16", "--output-dir", str(tmp_path)]  # fmt: skip
     status, err = exit_of_main(module, flags, monkeypatch, capsys)
-    assert status == 2 and "--buffer-size 20000000, 64 runs (--sweep x --num-seeds)" in err, err
+    assert status == 2 and "--buffer-size 20000000, --num-seeds 16, 64 runs (--sweep x --num-seeds)" in err, err
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))

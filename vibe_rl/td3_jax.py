@@ -33,6 +33,12 @@ How to read this file:
 
 from __future__ import annotations
 
+import os
+import signal
+
+if __name__ == "__main__":  # Ctrl-C while the imports below load quits at once, quietly (main() takes over)
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(128 + signum))
+
 import dataclasses
 import functools
 import math
@@ -627,10 +633,11 @@ import gc
 import importlib
 import itertools
 import json
-import os
 import resource
 import shlex
-import signal
+import shutil
+import socket
+import struct
 import sys
 import time
 import types
@@ -645,9 +652,9 @@ import tyro
 from flax.serialization import from_bytes, to_bytes
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
-from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.record_writer import masked_crc32c
 
 
 # --- 1. The flags: the algorithm's Args, then the run's and the machine's ------------------------------
@@ -679,6 +686,9 @@ class RunFlags:
     """CPU devices with no accelerator, seeds sharded on them (0: a core each, more if seeds do not divide)"""
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
+    sweep_max_programs: int = (
+        32  # refuse a --sweep of more programs (each value of a static flag compiles one)
+    )
 
 
 @dataclass
@@ -724,7 +734,7 @@ def with_hyperparameters(args: Flags, hyper: Hyperparameters) -> Flags:  # in th
 # --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
 MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
 # Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
-RESUME_MAY_CHANGE = {"resume", "output_dir", "checkpoint_frequency", "track", "wandb_project_name"}
+RESUME_MAY_CHANGE = {"checkpoint_frequency", "track", "wandb_project_name", "sweep_max_programs"}
 RESUME_MAY_CHANGE |= {"wandb_entity", "capture_video", "save_model", *MACHINE_FLAGS}
 RESUME_MAY_CHANGE |= set(getattr(Args, "resume_may_change", ()))
 SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
@@ -761,6 +771,11 @@ def sweep_grid(args: Flags) -> list[Flags]:
     slowest ([args] without it); ArgsError for a name or a value that cannot be swept."""
     algorithm = [f.name for f in fields(Args) if f.name != "env_id"]
     hints, defaults, grid = typing.get_type_hints(Args), Flags(), {}
+    for before, item in zip(args.sweep, args.sweep[1:], strict=False):  # a space inside NAME=V1, V2
+        split = (
+            f"--sweep {before} {item}: a space split the list; write NAME=V1,V2 with no space, or quote it"
+        )
+        require("=" in item or not before.endswith(","), split)
     for item in args.sweep:
         name, _, values = item.partition("=")
         name, flag = name.replace("-", "_"), f"--{name.replace('_', '-')}"
@@ -800,20 +815,37 @@ def args_from_record(record: dict[str, Any], run_dir: Path) -> Flags:
     return Flags(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
 
 
+def run_of(path: Path) -> Path:
+    """The run directory --resume names: itself, the directory of its args.json, or a run of the sweep whose
+    summary folder ({env}__{exp}__sweep__{time}) it names."""
+    path = path.parent if path.name == "args.json" else path
+    prefix, _, stamp = path.name.partition("__sweep__")
+    if stamp and not (path / "args.json").exists():
+        runs = sorted(d for d in path.parent.glob(f"{prefix}-*__*__{stamp}") if (d / "args.json").is_file())
+        require(runs, f"--resume {path}: no run of this sweep lies beside it")
+        return runs[0]
+    return path
+
+
 def resume_args(given: Flags) -> Flags:
-    """With --resume, the run's own Flags (its args.json); the flags given must agree with them. Without
-    --cpu-devices, the seeds lie on as many CPU devices as the run chose: the same bits on one machine."""
+    """With --resume, the run's own Flags (its args.json); the flags given must agree with them. Its outputs
+    go where it lies now. Without --cpu-devices, the seeds lie on as many CPU devices as the run chose."""
     if given.resume is None:
         return given
-    record, defaults = read_record(Path(given.resume)), Flags()
-    args = args_from_record(record, Path(given.resume))
+    resumed = run_of(Path(given.resume))
+    record, defaults = read_record(resumed), Flags()
+    args = replace(args_from_record(record, resumed), resume=str(resumed), output_dir=str(resumed.parent))
     for name in (f.name for f in fields(Flags)):
         value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
         if name in RESUME_MAY_CHANGE and value != default:
             setattr(args, name, value)
-        flag = f"--{name.replace('_', '-')} {value}"
-        ok = name in RESUME_MAY_CHANGE or value in (default, before)
-        require(ok, f"--resume {given.resume}: {flag} conflicts with the run's {before}")
+        shown = lambda v: " ".join(v) if type(v) is tuple else v  # a --sweep's items
+        ok = name in RESUME_MAY_CHANGE or value in (default, before) or name == "resume"
+        where = f"(a resume writes beside the run, in {resumed.parent})" if name == "output_dir" else ""
+        flag = f"--{name.replace('_', '-')} {shown(value)}"
+        require(
+            ok, f"--resume {given.resume}: {flag} conflicts with the run's {shown(before)} {where}".strip()
+        )
     if given.cpu_devices == defaults.cpu_devices and type(record.get("cpu_devices")) is int:
         args.cpu_devices = record["cpu_devices"]
     return args
@@ -1416,32 +1448,52 @@ def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and o
     return [jax.tree.map(shape, episodes)] * 2
 
 
-def require_memory(run: Run, shapes: Any, what: str) -> None:
-    """ArgsError when the arrays `shapes` exceed what the devices hold (an accelerator's allocator limit, or
-    the RAM, within ulimit -v), naming the flags whose values size the largest array."""
-    nbytes = lambda x: math.prod(x.shape) * np.dtype(x.dtype).itemsize
-    need, stats = sum(map(nbytes, jax.tree.leaves(shapes))), jax.local_devices()[0].memory_stats() or {}
-    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    have = stats.get("bytes_limit", 0) * run.mesh.size or ram
+def estimate(args: Flags, configs: int) -> tuple[int, int]:
+    """(bytes of the runs' states and evaluations, env steps of an iteration): what sizes a run's memory."""
+    algo = make_algorithm(args)
+    one = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
+    reset = jax.eval_shape(lambda key: reset_envs(algo.env, key, args.eval_episodes), jax.random.PRNGKey(0))
+    nbytes = sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves((one, reset)))
+    return nbytes * configs * args.num_seeds, algo.env_steps_per_iteration
+
+
+def sizing_flags(run: Run, rollout: bool) -> str:
+    """The flags whose values size a run's memory: each integer flag that, halved (or else doubled), moves the
+    bytes of the runs' states and evaluations (their shapes) by a tenth or more; with `rollout`, or an
+    iteration's env steps."""
+    sizes = lambda args: np.array(
+        estimate(args, len(run.configs) // run.args.num_seeds)[: 1 + rollout], float
+    )
+    base, named = sizes(run.args), []
+    for name, value in vars(run.args).items():
+        if type(value) is not int or value < 2 or name in ("seed", "total_timesteps", "eval_frequency"):
+            continue
+        for factor in (0.5, 2):
+            try:
+                ratio = sizes(replace(run.args, **{name: int(value * factor)})) / base
+            except OverflowError:  # past an int32 index: a size
+                ratio = np.array([math.inf])
+            except ArgsError:  # the algorithm refuses it: try the other way
+                continue
+            named += [name] if (abs(np.log(ratio)) >= np.log(1.1)).any() else []
+            break
+    flags = [f"--{name.replace('_', '-')} {getattr(run.args, name)}" for name in named]
+    many = [f"{len(run.seeds)} runs (--sweep x --num-seeds)"] if len(run.seeds) > 1 and run.args.sweep else []
+    return ", ".join(flags + many) or "the sizes given"
+
+
+def require_memory(run: Run, need: int, what: str, rollout: bool = False) -> None:
+    """ArgsError when `need` bytes exceed what the devices hold (an accelerator's allocator limit, or the RAM,
+    within ulimit -v), naming the flags that size them."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    have = stats.get("bytes_limit", 0) * run.mesh.size or os.sysconf("SC_PHYS_PAGES") * os.sysconf(
+        "SC_PAGE_SIZE"
+    )
     if (limit := resource.getrlimit(resource.RLIMIT_AS)[0]) != resource.RLIM_INFINITY:
         have = min(have, limit)
-    largest = max(jax.tree.leaves(shapes), key=nbytes).shape
-    big = max(largest)  # named: the flags of that size, or of a large size it is a small multiple of
-    sized = lambda v: v == big or v >= 1024 and big % v == 0 and big // v <= 1024
-    ints = [(f.name, getattr(run.args, f.name)) for f in fields(Flags)]
-    skip = ("seed", "total_timesteps", "eval_frequency")
-    sizes = [
-        f"--{n.replace('_', '-')} {v}"
-        for n, v in ints
-        if type(v) is int and v > 1 and sized(v) and n not in skip
-    ]
-    if len(run.seeds) > 1 and run.args.sweep:
-        sizes.append(f"{len(run.seeds)} runs (--sweep x --num-seeds)")
-    require(
-        need <= have,
-        f"{', '.join(sizes) or 'the sizes given'}: {what} need {need / 2**30:,.1f} GiB, "
-        f"more than the {have / 2**30:,.1f} GiB of this machine",
-    )
+    if need > have:
+        needs = f"{what} need {need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of this machine"
+        raise ArgsError(f"{sizing_flags(run, rollout)}: {needs}")
 
 
 def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
@@ -1449,6 +1501,9 @@ def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
     configuration passes the algorithm's own checks, and their states fit the devices' memory."""
     for config in reversed(configs):  # each passes the algorithm's checks; algo is the first's
         try:
+            for name, value in vars(config).items():  # inf and nan pass "positive" and "in [0, 1]"
+                finite = type(value) is not float or math.isfinite(value)
+                require(finite, f"--{name.replace('_', '-')} must be a finite number, got {value}")
             algo = make_algorithm(config)
         except ArgsError as error:  # a sweep's named by its grid point
             raise ArgsError(f"--sweep {label(config, ' ')}: {error}" if config.sweep else error) from None
@@ -1467,7 +1522,8 @@ def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
     run = Run(args, algo, configs, seeds, [], *chunks, mesh, slots)
     # three copies of the state (the chunk's input and output, the host's), and the evaluation
     everything = [state_shapes(run)] * 3 + evaluation_shapes(run)
-    require_memory(run, everything, "the training state and its evaluation")
+    need = sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(everything))
+    require_memory(run, need, "the training state and its evaluation")
     return run
 
 
@@ -1486,7 +1542,19 @@ def plan_runs(args: Flags) -> list[Run]:
             wandb.login(verify=False)  # offline and disabled modes need no key
         except wandb.errors.UsageError as error:
             raise ArgsError(f"--track: {error} Or set WANDB_MODE=offline.") from None
-    runs = [plan_run(configs, seeds) for configs in programs(args)]
+    grouped = programs(args)
+    if args.sweep:
+        configs = sum(map(len, grouped))
+        say(
+            f"sweep: {configs} configurations x {args.num_seeds} seed(s) = {configs * args.num_seeds} runs, "
+            f"in {len(grouped)} program(s) compiled one after another"
+        )
+        static = sorted({n for n in swept(args) if n not in Hyperparameters._fields}) or ["none"]
+        cap = f"at most --sweep-max-programs {args.sweep_max_programs} (raise it to compile them all)"
+        each = f"one per value of its static flags ({', '.join(static)})"
+        many = f"--sweep: {len(grouped)} programs, {each}; {cap}"
+        require(len(grouped) <= args.sweep_max_programs, many)
+    runs = [plan_run(configs, seeds) for configs in grouped]
     require(sum(len(run.configs) for run in runs) <= 2**20, "--sweep x --num-seeds: at most 2^20 runs")
     return runs
 
@@ -1537,24 +1605,57 @@ def make_all(dirs: list[Path]) -> bool:  # made every directory (True), or none 
         raise ArgsError(f"--output-dir {dirs[0].parent}: cannot write there ({error.strerror})") from None
 
 
-LOCKS: list[Any] = []  # the open lock files of this process's run directories, released when it exits
+CLAIMED: list[Path] = []  # the run directories this process has claimed, released as main returns
+
+
+def process_identity(pid: int) -> str:  # "pid start host"; the start (Linux's /proc) tells a reused pid apart
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        start = "ended" if stat[0] in ("Z", "X") else stat[19]  # a zombie has ended
+    except (OSError, IndexError):
+        start = "?"
+    return f"{pid} {start} {socket.gethostname()}"
+
+
+def running(holder: str) -> bool:  # the process a claim names still runs (on another host: assumed so)
+    pid, start, host = (holder.split() + ["", "", ""])[:3]
+    if host not in ("", socket.gethostname()):
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:  # another user's
+        return True
+    return process_identity(int(pid)).split()[1] in (start, "?")
+
+
+def release_claims() -> None:  # this process's run.lock claims emptied: the runs are free again
+    for run_dir in CLAIMED:
+        with contextlib.suppress(OSError):
+            if (run_dir / "run.lock").read_text().startswith(f"{os.getpid()} "):
+                (run_dir / "run.lock").write_text("")
+    CLAIMED.clear()
 
 
 def lock_run_dirs(run: Run) -> Run:
-    """Take each run directory's lock (flock on run.lock; the kernel frees it when its process dies)."""
+    """Claim each run directory: run.lock names the process that trains it (pid, start time, host), read and
+    written under a brief flock. No file stays open, so the runs of a process are not bounded by ulimit -n;
+    a claim whose process has died (kill -9) is taken over."""
+    me = process_identity(os.getpid())
     for run_dir in run.dirs if is_main_process() else []:
         try:
-            lock = open(run_dir / "run.lock", "a+")  # noqa: SIM115 (held until this process exits)
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = (run_dir / "run.lock").read_text().strip() or "another process"
-            raise ArgsError(f"--resume {run_dir}: process {holder} is training this run") from None
+            with open(run_dir / "run.lock", "a+") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released as it closes
+                lock.seek(0)
+                holder = lock.read().strip()
+                busy = f"--resume {run_dir}: process {holder.partition(' ')[0]} is training this run"
+                require(holder in ("", me) or not running(holder), busy)
+                lock.truncate(0)
+                lock.write(f"{me}\n")
         except OSError as error:
             raise ArgsError(f"{run_dir}: cannot write to this run directory ({error.strerror})") from None
-        lock.truncate(0)
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        LOCKS.append(lock)
+        CLAIMED.append(run_dir)
     return run
 
 
@@ -1622,17 +1723,21 @@ def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
 
 
 def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
-    """(iterations done, every run's state) of the newest checkpoint that reads in all its runs' directories;
-    a run stopped before its first checkpoint starts again."""
-    names = sorted({p.name for d in run.dirs for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]
+    """(iterations done, every run's state) of the newest checkpoint that reads in all its runs' directories
+    but those of diverged runs (each takes another's state: it trains no further); a file that does not
+    read is said, and the one before it taken. A run stopped before its first checkpoint starts again."""
+    healthy = [d for d in run.dirs if not (d / "diverged.json").is_file()] or run.dirs
+    names = sorted({p.name for d in healthy for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]
     if run.args.resume is None or not names:
         return 0, None
     template, errors = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)), []
     for name in names:
         try:
-            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in run.dirs]
-            return loaded[0][0], [state for _, state in loaded]
+            loaded = [read_checkpoint(d / "checkpoints" / name, template) for d in healthy]
+            state = dict(zip(healthy, (state for _, state in loaded), strict=True))
+            return loaded[0][0], [state.get(d, loaded[0][1]) for d in run.dirs]
         except (OSError, ValueError) as error:
+            say(f"{error}: resuming from the checkpoint before it")
             errors.append(str(error))
     raise ArgsError(f"--resume {run.args.resume}: no checkpoint reads: {'; '.join(errors)}")
 
@@ -1649,12 +1754,14 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
                 except (ValueError, TypeError, KeyError):
                     torn += 1
             write_atomic(self.jsonl, "".join(kept).encode())
-            if torn:
-                say(f"{self.jsonl}: left out {torn} line(s) that did not read (a write cut short)")
-        # tensorboardX's event file, written by the driver's writer (SummaryWriter pickles each to a queue)
-        self.events = EventsWriter(f"{run_dir}/events")
-        if resume_step:  # a new session: TensorBoard hides the events logged after the checkpoint, as above
-            self.events.write_event(Event(step=resume_step + 1, session_log=SessionLog(status="START")))
+            last = json.loads(kept[-1])["global_step"] if kept else 0
+            if torn or last < resume_step:
+                rows = f"left out {torn} line(s) that did not read; its rows end at step {last:,}"
+                say(f"{self.jsonl}: {rows}, the checkpoint at {resume_step:,}")
+        # TensorBoard's event file, appended to at each write (no file held open) by the driver's writer
+        self.events = run_dir / f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}"
+        start = [Event(step=resume_step + 1, session_log=SessionLog(status="START"))] if resume_step else []
+        self.append_events([Event(wall_time=time.time(), file_version="brain.Event:2"), *start])  # as TB's
         if args.track:  # the same wandb run after a resume, whatever the directory is called
             import wandb
 
@@ -1663,22 +1770,29 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
             run = {"name": record["run_name"], "id": record["run_name"], "resume": "allow", "config": record}
             self.wandb_run = wandb.init(**where, **run, reinit="create_new")
 
+    def append_events(self, events: list[Event]) -> None:  # TFRecords: length, data, each CRC-32C'd (masked)
+        with open(self.events, "ab") as file:
+            for data in (event.SerializeToString() for event in events):
+                header = struct.pack("<Q", len(data))
+                file.write(header + struct.pack("<I", masked_crc32c(header)) + data)
+                file.write(struct.pack("<I", masked_crc32c(data)))
+
     def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out; flush them to disk."""
+        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out."""
+        events = []
         with open(self.jsonl, "a") as jsonl:
             for step, values in rows:
                 values = {tag: v for tag, v in values.items() if math.isfinite(v)}  # NaN: nothing to report
                 if not values:
                     continue
                 summary = Summary(value=[Summary.Value(tag=tag, simple_value=x) for tag, x in values.items()])
-                self.events.write_event(Event(wall_time=time.time(), step=step, summary=summary))
+                events.append(Event(wall_time=time.time(), step=step, summary=summary))
                 jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
                 if self.wandb_run is not None:
                     self.wandb_run.log({**values, "global_step": step})
-        self.events.flush()
+        self.append_events(events)
 
     def close(self) -> None:
-        self.events.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
 
@@ -1809,6 +1923,16 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput
     jit = {"in_shardings": (shardings, replicated), "out_shardings": ChunkOutput(shardings, by_seed, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), mesh=run.mesh, **jit)
+    if (
+        memory := compiled.memory_analysis()
+    ) is not None:  # XLA's count: the state, the rollout, the temporaries
+        peak = memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+        host = (
+            sum(x.nbytes for x in jax.tree.leaves(state)) // run.mesh.size
+        )  # the host's copy, for a checkpoint
+        require_memory(
+            run, (peak + host) * run.mesh.size, "a chunk's arrays (the state, its rollout, ...)", True
+        )
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
     where = f"{steps:,} env steps per seed, {run.how_many()} on {run.mesh.size} device(s)"
     say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
@@ -1908,14 +2032,6 @@ def settle(writes: collections.deque, keep: int) -> None:
         writes.popleft().result()
 
 
-def stop_if_not_finite(run: Run, output: ChunkOutput, end: ChunkEnd, writes: collections.deque) -> None:
-    """Exit naming the chunk where a run's parameters stopped being finite; the checkpoints before stay."""
-    if not to_host(output.finite)[: len(run.seeds)].all():
-        settle(writes, keep=0)  # the checkpoints before it are on disk
-        kept = f"stopping. The last good checkpoint is in {run.dirs[0] / 'checkpoints'}"
-        sys.exit(f"error: non-finite loss or parameters between steps {end.began:,} and {end.step:,}; {kept}")
-
-
 class ChunkRows(NamedTuple):  # what the writer needs of one chunk, on the host
     first: int  # the chunk's first iteration
     num_valid: int  # I: its iterations that ran
@@ -1924,6 +2040,8 @@ class ChunkRows(NamedTuple):  # what the writer needs of one chunk, on the host
     evals: dict[str, np.ndarray]  # tag -> [S]
     step: int  # the env steps done at its end
     state: Any  # every run's state, leaves [slots, ...], where a checkpoint is due; else None
+    diverged: dict[int, dict]  # run -> where its training stopped being finite (diverged.json), this chunk's
+    skipped: set[int]  # the runs that diverged before this chunk: nothing more is written for them
 
 
 def seed_points(run: Run, rows: ChunkRows, i: int) -> list[tuple[int, dict[str, float]]]:
@@ -1935,12 +2053,29 @@ def seed_points(run: Run, rows: ChunkRows, i: int) -> list[tuple[int, dict[str, 
 
 
 def write_chunk(run: Run, loggers: list[RunLogger], rows: ChunkRows, line: str) -> None:
-    """Each run's rows (TensorBoard, metrics.jsonl) and its checkpoint, then the progress line."""
+    """Each run's rows (TensorBoard, metrics.jsonl), its checkpoint (or where it diverged), then the line."""
     for i, logger in enumerate(loggers):
+        if i in rows.skipped:
+            continue
         logger.write(seed_points(run, rows, i))
-        if rows.state is not None:
+        if i in rows.diverged:
+            write_atomic(run.dirs[i] / "diverged.json", json.dumps(rows.diverged[i], indent=2).encode())
+        elif rows.state is not None:
             save_checkpoint(run.dirs[i], rows.first + rows.num_valid, rows.step, seed_slice(rows.state, i))
     say(line)
+
+
+def divergence(run: Run, end: ChunkEnd, metrics: dict[str, np.ndarray], i: int) -> dict[str, Any]:
+    """Where run i's training stopped being finite in this chunk: the first loss that turned non-finite for
+    good (else its parameters), and the step."""
+    turned = {}  # a loss -> the first iteration from which it stays non-finite
+    for tag, x in metrics.items():
+        bad = ~np.isfinite(x[i])
+        if tag.startswith("losses/") and bad[-1]:
+            turned[tag] = len(bad) - int(np.argmin(bad[::-1])) if not bad.all() else 0
+    tag = min(turned, key=turned.get, default="parameters")
+    step = (end.first + turned.get(tag, end.num_valid - 1) + 1) * run.algo.env_steps_per_iteration
+    return {"non_finite": tag, "at_step": step, "chunk": [end.began, end.step], "run_dir": run.dirs[i].name}
 
 
 def progress_line(run: Run, end: ChunkEnd, metrics: dict, evals: dict, elapsed: float, at_start: int) -> str:
@@ -1972,6 +2107,12 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
     start = ready = time.perf_counter()
     in_flight = chunk(state, np.int32(done))  # done ends a chunk
     evaluation, saved = None, at_start  # the latest evaluation; the env steps of the latest checkpoint
+    # run -> where it diverged (its diverged.json, on a resume): it trains on in its slot, nothing written
+    diverged = {
+        i: json.loads((d / "diverged.json").read_text())
+        for i, d in enumerate(run.dirs)
+        if (d / "diverged.json").is_file()
+    }
     try:
         for index in range(math.ceil(done / run.iterations_per_chunk), run.num_chunks):
             output, end = wait_for(in_flight), chunk_end(run, index)
@@ -1981,11 +2122,25 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             ):  # dispatched before the next chunk: its result waits for it alone
                 evaluation = evaluate.result()(state)
             stopping = to_host(np.array([len(stop)])).any() and not end.last  # a signal to any process
+            # [S, I]: the real runs (not the padding), the iterations that ran
+            metrics = {tag: x[:num_runs, : end.num_valid] for tag, x in to_host(output.metrics).items()}
+            finite, skipped = to_host(output.finite)[:num_runs], set(diverged)
+            new = {
+                i: divergence(run, end, metrics, i)
+                for i in range(num_runs)
+                if not finite[i] and i not in diverged
+            }
+            diverged |= new
+            for record in new.values():
+                where = f"{record['non_finite']} turned non-finite at step {record['at_step']:,}"
+                say(
+                    f"{record['run_dir']}: {where}; it trains no further (its checkpoints stay), others go on"
+                )
+            stopping |= len(diverged) == num_runs and not end.last  # all diverged: the program is done
             if not end.last and not stopping:
                 in_flight = chunk(state, np.int32(end.first + run.iterations_per_chunk))
             now = time.perf_counter()
             sps, ready = end.num_valid * per_iteration / (now - ready), now
-            stop_if_not_finite(run, output, end, writes)
             evals = {}  # tag -> every run's mean return [S]
             if end.evaluate and failed is None:
                 returns = to_host(evaluation.returns)[:num_runs].astype(np.float64)  # [S, E]
@@ -1994,15 +2149,17 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             if ends_run or checkpoint_due(run, end, saved):  # one host copy of the state at a time
                 settle(writes, keep=0)
                 host_state, saved = to_host(state), end.step
-            # [S, I]: the real runs (not the padding), the iterations that ran
-            metrics = {tag: x[:num_runs, : end.num_valid] for tag, x in to_host(output.metrics).items()}
             line = progress_line(run, end, metrics, evals, time.perf_counter() - start, at_start)
-            rows = ChunkRows(end.first, end.num_valid, metrics, sps, evals, end.step, host_state)
+            rows = ChunkRows(
+                end.first, end.num_valid, metrics, sps, evals, end.step, host_state, new, skipped
+            )
             writes.append(writer.submit(write_chunk, run, loggers, rows, line))
             settle(writes, keep=0 if ends_run else WRITES_BEHIND)  # a write's error is raised here
             if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
                 detail = f"{type(failed).__name__}: {(str(failed).strip().splitlines() or [''])[0]}"
                 sys.exit(f"error: the evaluation does not compile ({detail}); stopped at step {end.step:,}")
+            if len(diverged) == num_runs:
+                break
             if stopping:
                 say(f"stopped at step {end.step:,}; checkpoint saved. Continue with: {resume_command(run)}")
                 sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
@@ -2016,7 +2173,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
     steps, took = run.algo.total_steps - at_start, time.perf_counter() - start
     per = "run" if run.args.sweep else "seed"
     say(f"trained {steps:,} steps x {run.how_many()} in {took:.2f}s ({steps / took:,.0f} SPS per {per})")
-    return state, loggers, evaluation
+    return state, loggers, evaluation, diverged
 
 
 # --- 8. Evaluation and the outputs of a finished run -----------------------------------------------------
@@ -2041,14 +2198,15 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
     fig.savefig(run_dir / "episodic_return.png", dpi=100)
 
 
-def write_outputs(run: Run, state: Any, first_lengths: np.ndarray) -> None:
+def write_outputs(run: Run, state: Any, first_lengths: np.ndarray, diverged: Any = ()) -> None:
     """--save-model's {exp_name}.flax and --capture-video's video in each run's directory, of the final state;
     first_lengths [R]: each run's evaluation episode 0's length (the video's)."""
     algo, args = run.algo, run.args
     if args.save_model:
         models = to_host(jax.vmap(algo.model)(state))
         for i, run_dir in enumerate(run.dirs if is_main_process() else []):
-            write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
+            if i not in diverged:
+                write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
     if args.capture_video:  # episode 0 again, its states kept: as long as the longest seed's
         key, longest = jax.random.PRNGKey(EVAL_SEED), int(np.max(first_lengths))
         record = lambda s: (
@@ -2056,15 +2214,21 @@ def write_outputs(run: Run, state: Any, first_lengths: np.ndarray) -> None:
         )
         videos = to_host(seeds_program(record, (state,), RUNS_ONCE, mesh=run.mesh)(state))
         for i, run_dir in enumerate(run.dirs if is_main_process() else []):
-            (run_dir / "videos").mkdir(exist_ok=True)
-            algo.env.render(seed_slice(videos, i), int(first_lengths[i]), run_dir / "videos")
+            if i not in diverged:
+                (run_dir / "videos").mkdir(exist_ok=True)
+                algo.env.render(seed_slice(videos, i), int(first_lengths[i]), run_dir / "videos")
 
 
-def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluation: Evaluation) -> None:
+def finish_run(
+    run: Run, state: Any, loggers: list[RunLogger], evaluation: Evaluation, diverged: dict
+) -> None:
     """Each run's eval.json and plot from the evaluation at the training's end, then the model and video."""
     algo, args, result = run.algo, run.args, to_host(evaluation)
     for i, logger in enumerate(loggers):  # process 0's
         run_dir, config, seed = run.dirs[i], run.configs[i], run.seeds[i]
+        if i in diverged:
+            logger.close()
+            continue
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": algo.total_steps}
         if algo.env.summary:  # the env suite's own (Craftax: its score, each achievement's rate)
             summary |= algo.env.summary(result.returns[i], result.info[i])
@@ -2080,7 +2244,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluation: Evalu
         )
         mean, std = summary["mean"], summary["std"]
         print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
-    write_outputs(run, state, result.lengths[:, 0])
+    write_outputs(run, state, result.lengths[:, 0], diverged)
 
 
 def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
@@ -2124,7 +2288,11 @@ def configuration_results(run: Run, first: int) -> dict[str, Any]:
     """The results of the configuration whose seeds are runs first, first + 1, ...: its seeds' final
     evaluations, and their curves (the evaluation's with --eval-frequency, else the training's)."""
     args, seeds = run.args, run.args.num_seeds
-    config, dirs = run.configs[first], run.dirs[first : first + seeds]
+    config, all_dirs = run.configs[first], run.dirs[first : first + seeds]
+    diverged = [
+        json.loads((d / "diverged.json").read_text()) for d in all_dirs if (d / "diverged.json").is_file()
+    ]
+    dirs = [d for d in all_dirs if (d / "eval.json").is_file()]  # the seeds that trained to the end
     finals = np.array([json.loads((d / "eval.json").read_text())["mean"] for d in dirs])  # [S]
     tag = "eval/episodic_return" if args.eval_frequency else "charts/episodic_return"
     logged = [map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) for d in dirs]
@@ -2132,7 +2300,8 @@ def configuration_results(run: Run, first: int) -> dict[str, Any]:
         np.array([(p["global_step"], p[tag]) for p in points if tag in p]) for points in logged
     ]  # [S][P, 2]
     values = {name: getattr(config, name) for name in swept(config)}
-    results = {"config": label(config), "values": values, "iqm": iqm(finals), "ci95": bootstrap(finals)}
+    results = {"config": label(config), "values": values, "iqm": iqm(finals) if len(dirs) else None}
+    results |= {"ci95": bootstrap(finals) if len(dirs) else None, "diverged": diverged}
     results["final_returns"] = finals.tolist()
     if (
         args.eval_frequency
@@ -2141,7 +2310,7 @@ def configuration_results(run: Run, first: int) -> dict[str, Any]:
         area = [np.trapezoid(c[:, 1], c[:, 0]) / span(c) if span(c) else c[0, 1] for c in curves if len(c)]
         results["eval_curve_area"] = float(np.mean(area))
     command = command_line(config, args.seed + seeds)  # the next seeds: fresh ones
-    return results | {"command": command, "run_dirs": [d.name for d in dirs], "curves": curves}
+    return results | {"command": command, "run_dirs": [d.name for d in all_dirs], "curves": curves}
 
 
 def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> None:
@@ -2173,13 +2342,17 @@ def write_sweep_summary(runs: list[Run]) -> None:
     folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
     every = range(0, len(runs[0].configs), args.num_seeds)
     rows = [configuration_results(run, first) for run in runs for first in every]
-    rows.sort(key=lambda r: (-r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0)))  # ties: the surer first
+    surest = lambda r: (bool(r["diverged"]), -r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0))  # a tie:
+    rows.sort(
+        key=lambda r: surest(r) if r["iqm"] is not None else (True, math.inf)
+    )  # the surer; diverged last
     first, last = args.seed, args.seed + args.num_seeds - 1
     warning = (
         f"The winner is picked on seeds {first}..{last}: re-evaluate it on fresh seeds before reporting it"
     )
     ranked_by = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI)"
-    ranked_by += "; a tie goes to the higher lower end of the interval"
+    ranked_by += "; a tie goes to the higher lower end of the interval; a configuration with a diverged seed"
+    ranked_by += " comes last"
     summary = {"env_id": args.env_id, "script": SCRIPT, "sweep": list(args.sweep), "seeds": args.num_seeds}
     summary |= {"ranked_by": ranked_by, "winner": rows[0]["command"], "warning": warning}
     configs = [{k: v for k, v in row.items() if k != "curves"} for row in rows]
@@ -2190,8 +2363,16 @@ def write_sweep_summary(runs: list[Run]) -> None:
     ]
     table.append("|---" * (5 + area) + "|")
     for rank, row in enumerate(rows, 1):
-        (low, high), returns = row["ci95"], ", ".join(f"{x:.1f}" for x in row["final_returns"])
-        cells = [rank, row["config"], f"{row['iqm']:.2f}", f"[{low:.2f}, {high:.2f}]"]
+        (low, high), returns = (
+            row["ci95"] or (math.nan, math.nan),
+            ", ".join(f"{x:.1f}" for x in row["final_returns"]),
+        )
+        marked = [
+            f"diverged: {d['run_dir']}, {d['non_finite']} at step {d['at_step']:,}" for d in row["diverged"]
+        ]
+        iqm_cell = "-" if row["iqm"] is None else f"{row['iqm']:.2f}"
+        interval = "-" if row["ci95"] is None else f"[{low:.2f}, {high:.2f}]"
+        cells = [rank, "; ".join([row["config"], *marked]), iqm_cell, interval]
         cells += [f"{row['eval_curve_area']:.2f}", returns] if area else [returns]
         table.append("| " + " | ".join(map(str, cells)) + " |")
     title = f"# Sweep: {SCRIPT} on {args.env_id}, {args.num_seeds} seed(s) per configuration"
@@ -2211,45 +2392,97 @@ def evaluation_first() -> bool:  # on an accelerator the chunks wait for the eva
     return jax.default_backend() != "cpu"
 
 
-def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> None:
-    """One program's chunks, then its runs' outputs. The evaluation compiles in a thread beside the chunk's
-    compile (XLA compiles on one core); on a CPU it may go on beside the chunks, on an accelerator the
-    chunks wait for it: there a chunk can take 0.1 s, and the compile beside it slowed the first ones
-    2-3x (docs/gpu.md). The plot's matplotlib imports in the thread too."""
+def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> dict[int, dict]:
+    """One program's chunks, then its runs' outputs; returns where its runs diverged. The evaluation
+    compiles in a thread beside the chunk's compile (XLA compiles on one core); on a CPU it may go on beside
+    the chunks, on an accelerator the chunks wait for it: there a chunk can take 0.1 s, and the compile
+    beside it slowed the first ones 2-3x (docs/gpu.md). The plot's matplotlib imports in the thread too."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         evaluate = pool.submit(compile_evaluate, run, state)
         chunk = compile_chunk(run, state)
         if evaluation_first():
             futures.wait([evaluate])
         pool.submit(importlib.import_module, "matplotlib.figure")
-        state, loggers, evaluation = train_chunks(run, chunk, evaluate, state, done, stop)
-    finish_run(run, state, loggers, evaluation)
+        state, loggers, evaluation, diverged = train_chunks(run, chunk, evaluate, state, done, stop)
+    if len(diverged) < len(run.seeds):
+        finish_run(run, state, loggers, evaluation, diverged)
+    return diverged
 
 
-def finished(run: Run, restored: list[Any]) -> None:
+def finished(run: Run, restored: list[Any]) -> dict[int, dict]:
     """A finished run resumed: nothing trains; the model and the video are written if asked for."""
-    evaluations = [json.loads((d / "eval.json").read_text()) for d in run.dirs]
-    for run_dir, evaluation in zip(run.dirs, evaluations, strict=True):
-        say(
-            f"{run_dir}: finished at step {evaluation['global_step']:,}, eval return {evaluation['mean']:.2f}"
+    ended = {
+        i: json.loads((d / "eval.json").read_text())
+        for i, d in enumerate(run.dirs)
+        if (d / "eval.json").is_file()
+    }
+    diverged = {
+        i: json.loads((d / "diverged.json").read_text()) for i, d in enumerate(run.dirs) if i not in ended
+    }
+    for i, run_dir in enumerate(run.dirs):
+        at = (
+            f"eval return {ended[i]['mean']:.2f}" if i in ended else f"diverged ({diverged[i]['non_finite']})"
         )
-    if run.args.save_model or run.args.capture_video:
-        write_outputs(run, initial_state(run, restored), np.array([e["lengths"][0] for e in evaluations]))
+        say(f"{run_dir}: finished at step {run.algo.total_steps:,}, {at}; nothing to train")
+    if (run.args.save_model or run.args.capture_video) and ended:
+        lengths = np.array([ended[i]["lengths"][0] if i in ended else 1 for i in range(len(run.dirs))])
+        write_outputs(run, initial_state(run, restored), lengths, diverged)
+    return diverged
 
 
 def train_all(runs: list[Run], stop: list[int]) -> None:
-    """Each program in turn, from its runs' newest checkpoints, then a sweep's summary."""
+    """Each program in turn, from its runs' newest checkpoints, then a sweep's summary. A run whose training
+    turned non-finite was stopped alone: the last line names each, and exits 1 if every run did."""
+    diverged, trained = [], False
     for number, run in enumerate(runs):
         if number and stop:  # the next program of a sweep
             say(f"stopped; checkpoints saved. Continue with: {resume_command(run)}")
             sys.exit(128 + stop[0])
         done, restored = restore_checkpoints(run)
-        if done == run.algo.num_iterations and all((d / "eval.json").is_file() for d in run.dirs):
-            finished(run, restored)
+        ended = [(d / "eval.json").is_file() or (d / "diverged.json").is_file() for d in run.dirs]
+        if all(ended) and (
+            done == run.algo.num_iterations or not any((d / "eval.json").is_file() for d in run.dirs)
+        ):
+            diverged += finished(run, restored).values()
         else:
-            train_and_finish(run, initial_state(run, restored), done, stop)
+            diverged += train_and_finish(run, initial_state(run, restored), done, stop).values()
+            trained = True
     if runs[0].args.sweep and is_main_process():
-        write_sweep_summary(runs)
+        summary = sweep_dir(runs[0].args, runs[0].dirs[0].name.rsplit("__", 1)[1]) / "sweep.md"
+        write_sweep_summary(runs) if trained or not summary.is_file() else say(
+            f"the sweep is finished: {summary}"
+        )
+    named = "; ".join(f"{d['run_dir']} ({d['non_finite']} at step {d['at_step']:,})" for d in diverged)
+    if len(diverged) == sum(len(run.seeds) for run in runs):
+        sys.exit(
+            f"error: non-finite loss or parameters in every run: {named}; their last good checkpoints stay"
+        )
+    if diverged:
+        say(f"diverged, and trained no further: {named}")
+
+
+def failure(error: Exception, runs: list[Run]) -> str:
+    """The line a run that failed while writing (a full disk) or running (out of memory) exits with."""
+    memory = isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
+    if not memory and not isinstance(error, OSError):
+        raise error
+    what = f"out of memory ({sizing_flags(runs[0], True)})" if memory else error.strerror or str(error)
+    what += f": {error.filename}" if getattr(error, "filename", None) else ""
+    if forget_unstarted(runs) or not runs:
+        return f"error: {what}; nothing was saved"
+    return f"error: {what}; the last checkpoint is kept; continue with: {resume_command(runs[0])}"
+
+
+def forget_unstarted(runs: list[Run]) -> bool:
+    """Remove the new run directories of a start that failed before any checkpoint; True if it did."""
+    if not runs or runs[0].args.resume is not None:
+        return False
+    dirs = [d for run in runs for d in run.dirs]
+    if any((d / "checkpoints").exists() for d in dirs):
+        return False
+    for run_dir in dirs + [sweep_dir(runs[0].args, dirs[0].name.rsplit("__", 1)[1])]:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return True
 
 
 def main() -> None:
@@ -2257,40 +2490,34 @@ def main() -> None:
     gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
-    resume: list[str] = []  # the command that resumes the run, once its directories exist
+    runs: list[Run] = []  # once their directories exist
 
     def remember(signum: int, _frame: Any) -> None:
         if stop:  # a second signal quits at once: every checkpoint written is whole (renamed into place)
-            hint = f"; continue from the last checkpoint with: {resume[0]}" if resume else ""
+            hint = f"; continue from the last checkpoint with: {resume_command(runs[0])}" if runs else ""
             print(f"\nreceived signal {signum} again: quitting now{hint}", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         stop.append(signum)
         print(f"\nreceived signal {signum}: finishing the current chunk, then checkpointing", flush=True)
 
     previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
-    args = parse_flags()
     try:  # every bad input is reported here, in one line, before anything compiles
-        start_jax(args := resume_args(args))
-        runs = plan_runs(args)  # one per program: a sweep's static flags make several
-        if args.sweep:
-            configs = sum(len(run.configs) for run in runs) // args.num_seeds
-            say(f"sweep: {configs} configurations x {args.num_seeds} seed(s), in {len(runs)} program(s)")
+        start_jax(args := resume_args(parse_flags()))
+        planned = plan_runs(args)  # one per program: a sweep's static flags make several
         if args.resume is None:
-            say_plan(runs[0])
-        runs = open_run_dirs(runs)
-        resume.append(resume_command(runs[0]))
+            say_plan(planned[0])
+        runs += open_run_dirs(planned)
         train_all(runs, stop)
     except ArgsError as error:
+        forget_unstarted(runs)
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except OSError as error:  # a full disk, a directory gone read-only, ...: every checkpoint written stays
-        sys.exit(f"error: {error.strerror or error}: {error.filename or ''}; the last checkpoint is kept")
+    except (OSError, jax.errors.JaxRuntimeError) as error:  # a full disk, out of memory, ...
+        sys.exit(failure(error, runs))
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for lock in LOCKS:  # the run directories are free again (main() called from Python)
-            lock.close()
-        LOCKS.clear()
+        release_claims()  # the run directories are free again (main() called from Python)
 
 
 if __name__ == "__main__":
