@@ -5,8 +5,11 @@ Between chunks the driver logs every iteration of every seed: the README's PPO r
 writes that many points to fresh event files, each way to close(), and reports the process's
 CPU time (every thread's), best of the rounds:
 
-- `EventsWriter`: tensorboardX's event file written in the calling thread, one event per
-  point holding all its tags (what the harness's RunLogger does);
+- `appended per chunk`: what the harness's RunLogger does: one event per point holding all its tags,
+  tensorboardX's records written in the calling thread to the event file, opened for each chunk's
+  points (tenths of the run here) and closed, so that no file stays open per run;
+- `EventsWriter`: tensorboardX's event file written in the calling thread, one event per point, the
+  file held open (what RunLogger did before);
 - `SummaryWriter`, one event per point: the same events through tensorboardX's public writer,
   which hands each to a writer thread through a multiprocessing queue (pickled, then
   serialised again);
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import struct
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,6 +32,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.record_writer import masked_crc32c
 
 Points = list[tuple[int, dict[str, float]]]
 
@@ -39,6 +44,17 @@ def cpu_seconds() -> float:
 
 def summary(values: dict[str, float]) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, simple_value=x) for tag, x in values.items()])
+
+
+def appended_per_chunk(folder: Path, points: Points) -> None:  # RunLogger.append_events, chunk by chunk
+    path, per_chunk = folder / "events.out.tfevents.0.host", max(1, len(points) // 10)
+    for first in range(0, len(points), per_chunk):
+        with open(path, "ab") as file:
+            for step, values in points[first : first + per_chunk]:
+                data = Event(wall_time=time.time(), step=step, summary=summary(values)).SerializeToString()
+                header = struct.pack("<Q", len(data))
+                file.write(header + struct.pack("<I", masked_crc32c(header)) + data)
+                file.write(struct.pack("<I", masked_crc32c(data)))
 
 
 def events_writer(folder: Path, points: Points) -> None:
@@ -64,6 +80,7 @@ def add_scalar(folder: Path, points: Points) -> None:
 
 
 WAYS: dict[str, Callable[[Path, Points], None]] = {
+    "appended per chunk": appended_per_chunk,
     "EventsWriter": events_writer,
     "SummaryWriter, one event per point": summary_writer,
     "add_scalar": add_scalar,

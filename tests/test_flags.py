@@ -46,6 +46,7 @@ HARNESS_FLAGS = {
     "eval_frequency",
     "checkpoint_frequency",
     "cpu_devices",
+    "sweep_max_programs",
 }
 # sizes whose huge value the harness's memory (or overflow) estimate refuses, not the algorithm
 MEMORY_FLAGS = {"total_timesteps", "hidden_size", "buffer_size"}
@@ -141,8 +142,11 @@ REFUSED: dict[str, dict[str, set[str]]] = {
 
 
 def numeric_fields(name: str) -> dict[str, str]:
-    """Args's int and float fields (optional ones too): {name: "int" or "float"}."""
-    kinds = {f.name: str(f.type).split(" | ")[0] for f in dataclasses.fields(load_script(name).Args)}
+    """Args's int and float fields (optional ones too): {name: "int" or "float"}; and for ppo_jax_scan, which
+    stands for every script's harness, RunFlags' too."""
+    module = load_script(name)
+    flags = module.Flags if name == "ppo_jax_scan" else module.Args
+    kinds = {f.name: str(f.type).split(" | ")[0] for f in dataclasses.fields(flags)}
     return {field: kind for field, kind in kinds.items() if kind in ("int", "float")}
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from _helpers import load_script, rewound_copy, run_args, run_script, steps_trained, tree_equal
 
-pytest.importorskip("mujoco_playground")
+EXTRA = "the optional extra playground: pip install -e '.[playground]'"
+pytest.importorskip("mujoco_playground", reason=EXTRA)
 h = load_script("ppo_jax_scan")
 BALANCE = "playground/CartpoleBalance"
 N, T, LIMIT = 4, 12, 5  # every hand-driven test: 4 envs, 12 steps, episodes cut at 5 steps

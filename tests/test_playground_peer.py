@@ -18,7 +18,8 @@ import mujoco
 import pytest
 from _helpers import ROOT, load_file, session_cache, subprocess_env
 
-pytest.importorskip("mujoco_playground")  # the optional extra `playground` (playground==0.2.0)
+EXTRA = "the optional extra playground: pip install -e '.[playground]'"
+pytest.importorskip("mujoco_playground", reason=EXTRA)
 RUNNER = ROOT / "benchmark" / "peers" / "playground_brax.py"
 
 

@@ -186,7 +186,8 @@ def test_a_sweep_whose_replay_buffers_cannot_fit_is_refused_naming_its_runs(tmp_
     flags = ["--buffer-size", "20000000", "--sweep", "learning_rate=1e-3,1e-4", "gamma=0.9,0.99",
              "--num-seeds", "16", "--output-dir", str(tmp_path)]  # fmt: skip
     status, err = exit_of_main(module, flags, monkeypatch, capsys)
-    assert status == 2 and "--buffer-size 20000000, --num-seeds 16, 64 runs (--sweep x --num-seeds)" in err, err
+    named = "--buffer-size 20000000, --num-seeds 16, 64 runs (--sweep x --num-seeds)"
+    assert status == 2 and named in err, err
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))

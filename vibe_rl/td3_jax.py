@@ -637,7 +637,6 @@ import resource
 import shlex
 import shutil
 import socket
-import struct
 import sys
 import time
 import types
@@ -649,6 +648,7 @@ from dataclasses import asdict, fields, replace
 
 import crc32c
 import tyro
+from flax import struct
 from flax.serialization import from_bytes, to_bytes
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
@@ -656,8 +656,17 @@ from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.record_writer import masked_crc32c
 
-
 # --- 1. The flags: the algorithm's Args, then the run's and the machine's ------------------------------
+# Flags of the machine a run happens to run on, not read back from a run's args.json (a resume without
+# --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
+MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
+# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
+RESUME_MAY_CHANGE = {"checkpoint_frequency", "track", "wandb_project_name", "sweep_max_programs"}
+RESUME_MAY_CHANGE |= {"wandb_entity", "capture_video", "save_model", *MACHINE_FLAGS}
+RESUME_MAY_CHANGE |= set(getattr(Args, "resume_may_change", ()))
+SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
+
+
 @dataclass
 class RunFlags:
     """the run and the machine: the same flags in every vibe_rl script"""
@@ -692,8 +701,7 @@ class RunFlags:
 
 
 @dataclass
-class Flags(RunFlags, Args):
-    """Every flag of a run, the algorithm's (Args) first: what args.json records and a resume reads back."""
+class Flags(RunFlags, Args): ...  # every flag, Args' first: what args.json records and a resume reads back
 
 
 @dataclass
@@ -702,8 +710,7 @@ class CommandLine:  # what tyro parses: the algorithm's flags and the run's, eac
     run: typing.Annotated[RunFlags, tyro.conf.OmitArgPrefixes]
 
 
-def parse_flags(argv: list[str] | None = None) -> Flags:
-    """The command line (sys.argv's by default); --help lists the algorithm's flags, then the run's."""
+def parse_flags(argv: list[str] | None = None) -> Flags:  # the command line (sys.argv's by default)
     line = tyro.cli(CommandLine, args=argv, description=(__doc__ or "").split("\n\n")[0])
     return Flags(**asdict(line.algorithm), **asdict(line.run))
 
@@ -730,16 +737,6 @@ def with_hyperparameters(args: Flags, hyper: Hyperparameters) -> Flags:  # in th
     return replace(args, **hyper._asdict())
 
 
-# Flags of the machine a run happens to run on, not read back from a run's args.json (a resume without
-# --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
-MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
-# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
-RESUME_MAY_CHANGE = {"checkpoint_frequency", "track", "wandb_project_name", "sweep_max_programs"}
-RESUME_MAY_CHANGE |= {"wandb_entity", "capture_video", "save_model", *MACHINE_FLAGS}
-RESUME_MAY_CHANGE |= set(getattr(Args, "resume_may_change", ()))
-SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
-
-
 def swept(args: Flags) -> list[str]:  # the names of the flags --sweep NAME=V1,V2 ... varies
     return [item.partition("=")[0].replace("-", "_") for item in args.sweep]
 
@@ -748,8 +745,7 @@ def label(config: Flags, between: str = ",") -> str:  # a configuration's point 
     return between.join(f"{name}={getattr(config, name)}" for name in swept(config))
 
 
-def flag_value(name: str, text: str, hint: Any) -> Any:
-    """A --sweep value as its flag's type (int, float, bool, a choice, or None where the flag takes it)."""
+def flag_value(name: str, text: str, hint: Any) -> Any:  # a --sweep value as its flag's type (or None)
     flag = f"--{name.replace('_', '-')}"
     kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if text == "None" and type(None) in kinds:
@@ -766,16 +762,12 @@ def flag_value(name: str, text: str, hint: Any) -> Any:
         raise ArgsError(f"--sweep {name}={text}: {flag} takes a {kind.__name__}") from None
 
 
-def sweep_grid(args: Flags) -> list[Flags]:
-    """The configurations of --sweep NAME=V1,V2 ...: the product of the lists, the first name's values varying
-    slowest ([args] without it); ArgsError for a name or a value that cannot be swept."""
+def sweep_grid(args: Flags) -> list[Flags]:  # the --sweep grid: the lists' product, the first name's slowest
     algorithm = [f.name for f in fields(Args) if f.name != "env_id"]
     hints, defaults, grid = typing.get_type_hints(Args), Flags(), {}
+    split = "a space split the list; write NAME=V1,V2 with no space, or quote it"
     for before, item in zip(args.sweep, args.sweep[1:], strict=False):  # a space inside NAME=V1, V2
-        split = (
-            f"--sweep {before} {item}: a space split the list; write NAME=V1,V2 with no space, or quote it"
-        )
-        require("=" in item or not before.endswith(","), split)
+        require("=" in item or not before.endswith(","), f"--sweep {before} {item}: {split}")
     for item in args.sweep:
         name, _, values = item.partition("=")
         name, flag = name.replace("-", "_"), f"--{name.replace('_', '-')}"
@@ -786,9 +778,8 @@ def sweep_grid(args: Flags) -> list[Flags]:
         require(not given, f"--sweep {name}: also given as {flag}; give its values once")
         grid[name] = [flag_value(name, text, hints[name]) for text in values.split(",")]
         require(len(set(grid[name])) == len(grid[name]), f"--sweep {name}: a value given twice")
-    return [
-        replace(args, **dict(zip(grid, point, strict=True))) for point in itertools.product(*grid.values())
-    ]
+    points = itertools.product(*grid.values())  # one empty point without --sweep: [args]
+    return [replace(args, **dict(zip(grid, point, strict=True))) for point in points]
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
@@ -815,9 +806,7 @@ def args_from_record(record: dict[str, Any], run_dir: Path) -> Flags:
     return Flags(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
 
 
-def run_of(path: Path) -> Path:
-    """The run directory --resume names: itself, the directory of its args.json, or a run of the sweep whose
-    summary folder ({env}__{exp}__sweep__{time}) it names."""
+def run_of(path: Path) -> Path:  # itself, its args.json's folder, or the first run of a sweep's summary
     path = path.parent if path.name == "args.json" else path
     prefix, _, stamp = path.name.partition("__sweep__")
     if stamp and not (path / "args.json").exists():
@@ -828,24 +817,22 @@ def run_of(path: Path) -> Path:
 
 
 def resume_args(given: Flags) -> Flags:
-    """With --resume, the run's own Flags (its args.json); the flags given must agree with them. Its outputs
-    go where it lies now. Without --cpu-devices, the seeds lie on as many CPU devices as the run chose."""
+    """With --resume, the run's own Flags (its args.json), the flags given agreeing; it writes where it is."""
     if given.resume is None:
         return given
     resumed = run_of(Path(given.resume))
     record, defaults = read_record(resumed), Flags()
     args = replace(args_from_record(record, resumed), resume=str(resumed), output_dir=str(resumed.parent))
+    shown = lambda v: " ".join(v) if type(v) is tuple else v  # a --sweep's items
     for name in (f.name for f in fields(Flags)):
         value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
         if name in RESUME_MAY_CHANGE and value != default:
             setattr(args, name, value)
-        shown = lambda v: " ".join(v) if type(v) is tuple else v  # a --sweep's items
         ok = name in RESUME_MAY_CHANGE or value in (default, before) or name == "resume"
         where = f"(a resume writes beside the run, in {resumed.parent})" if name == "output_dir" else ""
         flag = f"--{name.replace('_', '-')} {shown(value)}"
-        require(
-            ok, f"--resume {given.resume}: {flag} conflicts with the run's {shown(before)} {where}".strip()
-        )
+        conflict = f"--resume {given.resume}: {flag} conflicts with the run's {shown(before)} {where}"
+        require(ok, conflict.strip())
     if given.cpu_devices == defaults.cpu_devices and type(record.get("cpu_devices")) is int:
         args.cpu_devices = record["cpu_devices"]
     return args
@@ -879,7 +866,7 @@ class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
 
 
 def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md, Brax)."""
+    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md)."""
     out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
     return EnvStep(*out[:5], out[5]["final_observation"])
 
@@ -901,7 +888,8 @@ class EnvSpec(NamedTuple):  # an environment, and what the networks and the harn
     step: Callable[..., EnvStep] = reset_every_step  # (spec, keys [N, 2], state, action) -> N envs' step
     reset: Callable[..., tuple[jax.Array, Any]] = reset_each  # (spec, key, N) -> obs [N, ...], state [N]
     render: Callable[[Any, int, Path], None] | None = None  # (episode's states [T], length, folder): a video
-    episodes: Callable[[Any], Any] | None = None  # the envs' state [N] -> their running episodes' (Craftax's)
+    episodes: Callable[[Any], Any] | None = None  # the envs' state [N] -> their running episodes' (a pool's)
+
     # A suite's own numbers (docs/harness.md): K of each ended episode (EnvStep.info), their names, and one
     # env's state -> them; the metrics (env_state, episodic_return) -> (env_state, its counts cleared; {tag:
     # []}) logged after every iteration, their tags; and (returns [E], info [E, K]) -> what eval.json adds
@@ -946,9 +934,8 @@ def where_ended(done: jax.Array, new: Any, old: Any) -> Any:  # per env [N, ...]
 
 
 def lockstep_cond(pred: jax.Array, true_fn: Callable, false_fn: Callable, *operands: Any) -> Any:
-    """jax.lax.cond, a real branch also under the run axis's vmap (where cond computes both branches): there
-    true_fn runs for every run when any run's pred holds, so it must leave a run whose pred is false as
-    false_fn would (each run's own branch; a test checks vmapped runs step bit for bit as alone)."""
+    """jax.lax.cond, a real branch also under the runs' vmap: true_fn then runs for every run when any run's
+    pred holds, so it must leave a run whose pred is false as false_fn would (tested bit for bit)."""
 
     @jax.custom_batching.custom_vmap
     def cond(pred: jax.Array, *operands: Any) -> Any:
@@ -965,10 +952,8 @@ def lockstep_cond(pred: jax.Array, true_fn: Callable, false_fn: Callable, *opera
     return cond(pred, *operands)
 
 
-# Where every episode ends at the time limit, together (DM Control's), the ended envs are reset in one batch
-# at the steps where one ended: a reset per episode, no reset computed at the other steps.
 def step_resetting_ended(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """N envs' step, each reset afresh where it ended; the resets are computed only at steps where one did."""
+    """N envs' step, the ended reset in one batch, computed only at steps where one did (DM Control's)."""
     stepped = step_without_reset(spec, keys, state, action)
     done = stepped.terminated | stepped.truncated  # [N]
 
@@ -1058,7 +1043,6 @@ def brax_suite(name: str) -> EnvSpec:
     require(importlib.util.find_spec("brax"), "Brax is not installed: pip install 'brax>=0.14.2,<0.15'")
     with contextlib.redirect_stdout(None):  # mujoco prints that its optional warp backend is missing
         from brax import envs
-    from flax import struct
     from gymnax.environments import environment, spaces
 
     valid = ", ".join(f"brax/{n}" for n in sorted(envs._envs))
@@ -1102,6 +1086,9 @@ class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts th
 
 POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
 # steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
+CRAFTAX_TAGS = ("craftax/achievements", "craftax/score_percent", "craftax/dry_starts")
+CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
+CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line
 
 
 def reset_pool(spec: EnvSpec, key: jax.Array, num_envs: int) -> tuple[jax.Array, Pooled]:
@@ -1125,10 +1112,7 @@ def refill_pool(spec: EnvSpec, due: jax.Array, key: jax.Array, pool: tuple) -> t
         put = lambda old, new: old.at[slots].set(new, mode="drop")
         return put(start_obs, new_obs), jax.tree.map(put, start, new), fresh.at[slots].set(True, mode="drop")
 
-    def keep(key: jax.Array, pool: tuple) -> tuple:
-        return pool
-
-    return lockstep_cond(due, fill, keep, key, pool)
+    return lockstep_cond(due, fill, lambda key, pool: pool, key, pool)
 
 
 def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Array) -> EnvStep:
@@ -1137,9 +1121,8 @@ def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Ar
     stepped = step_without_reset(spec, keys, state.env, action)
     done = stepped.terminated | stepped.truncated  # [N]
     rank = jnp.cumsum(done)  # [N] 1 for the first ended env, 2 for the second, ...
-    slot = jnp.argsort(~state.fresh, stable=True)[
-        jnp.maximum(rank - 1, 0)
-    ]  # [N] untaken first; used where done
+    untaken_first = jnp.argsort(~state.fresh, stable=True)  # [N] the pool's slots
+    slot = untaken_first[jnp.maximum(rank - 1, 0)]  # [N] the slot each ended env takes (used where done)
     taken = jnp.zeros(len(done), jnp.int32).at[slot].max(done.astype(jnp.int32)) > 0  # [N] slots taken now
     achieved = jax.vmap(spec.info_of)(stepped.state) * done[:, None]  # [N, K]
     due = (state.clock[0] + 1) % POOL_REFILL_EVERY == 0
@@ -1152,12 +1135,8 @@ def step_from_pool(spec: EnvSpec, keys: jax.Array, state: Pooled, action: jax.Ar
     return stepped._replace(obs=obs, state=Pooled(env, *pool, state.clock + 1, *counts), info=achieved)
 
 
-CRAFTAX_TAGS = ("craftax/achievements", "craftax/score_percent", "craftax/dry_starts")
-
-
 def craftax_metrics(max_return: float, pooled: Pooled, episodic_return: jax.Array) -> tuple[Pooled, dict]:
-    """The iteration's: the ended episodes' mean achievements, the score (the mean return's share of the
-    maximum, in %; NaN where none ended) and the dry starts; the pool's counts cleared."""
+    """The iteration's mean achievements (NaN where none ended), score (% of the maximum) and dry starts."""
     ended = pooled.ended.sum()
     achievements = jnp.where(ended > 0, pooled.achieved.sum() / jnp.maximum(ended, 1), jnp.nan)
     metrics = (achievements, 100 * episodic_return / max_return, pooled.dry_starts.sum())
@@ -1182,10 +1161,6 @@ def draw_craftax(game: str, episode: Any, length: int, folder: Path) -> None:  #
     save_gif(list(np.asarray(frames).clip(0, 255).astype(np.uint8)), folder)
 
 
-CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
-CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line
-
-
 def craftax_suite(name: str) -> EnvSpec:
     """Craftax (Matthews et al. 2024) as a gymnax env, built on its NoAutoReset env, whose done folds the
     time limit into death: the adapter splits them. Episodes start from a pool of fresh worlds (Pooled)."""
@@ -1195,17 +1170,12 @@ def craftax_suite(name: str) -> EnvSpec:
     require(name not in CRAFTAX_PIXEL_IDS, f"--env-id craftax/{name}: {pixels}; valid: {valid}")
     require(name in CRAFTAX_IDS, f"--env-id craftax/{name} is not a Craftax environment; valid: {valid}")
     from craftax.craftax_env import make_craftax_env_from_name
-    from flax import struct
     from gymnax.environments import environment, spaces
 
-    raw, game = (
-        make_craftax_env_from_name(name, auto_reset=False),
-        f"craftax.craftax{'_classic' * ('Classic' in name)}",
-    )
+    raw = make_craftax_env_from_name(name, auto_reset=False)
+    game = f"craftax.craftax{'_classic' * ('Classic' in name)}"
     constants = importlib.import_module(f"{game}.constants")
-    rewards = getattr(
-        constants, "ACHIEVEMENT_REWARD_MAP", np.ones(len(constants.Achievement))
-    )  # Classic's: 1 each
+    rewards = getattr(constants, "ACHIEVEMENT_REWARD_MAP", np.ones(len(constants.Achievement)))  # Classic: 1s
     no_time_limit = raw.default_params.replace(max_timesteps=2**31 - 1)  # its game-over test, death alone
 
     @struct.dataclass
@@ -1218,9 +1188,7 @@ def craftax_suite(name: str) -> EnvSpec:
 
     class CraftaxEnv(environment.Environment):
         action_space = lambda self, params: spaces.Discrete(raw.num_actions)
-        observation_space = lambda self, params: spaces.Box(
-            0.0, 1.0, raw.observation_space(params.craftax).shape
-        )
+        observation_space = lambda self, p: spaces.Box(0.0, 1.0, raw.observation_space(p.craftax).shape)
 
         def reset_env(self, key: jax.Array, params: CraftaxParams) -> tuple[jax.Array, CraftaxState]:
             obs, state = raw.reset_env(key, params.craftax)
@@ -1251,30 +1219,21 @@ def draw_playground(model: Any, structure: Any, episode: Any, length: int, folde
 
 
 def playground_suite(task: str) -> EnvSpec:
-    """A DeepMind Control Suite task of MuJoCo Playground as a gymnax env, built on Playground's env itself:
-    its training wrapper (Brax's EpisodeWrapper, AutoResetWrapper) restarts from a cached state and
-    overwrites the final observation. Every task ends at its 1000-step time limit, all envs together."""
+    """A DM Control task of MuJoCo Playground as a gymnax env, built on its env itself: its training wrapper
+    restarts from a cached state, overwriting the final observation. All envs end together, at 1000 steps."""
     install = "pip install playground==0.2.0 (in vibe_rl's repository: pip install -e '.[playground]')"
     require(importlib.util.find_spec("mujoco_playground"), f"MuJoCo Playground is not installed: {install}")
     keep_mujoco_log_on_console()
-    from flax import struct
     from gymnax.environments import environment, spaces
     from mujoco_playground import registry
 
-    valid = ", ".join(f"playground/{n}" for n in registry.dm_control_suite.ALL_ENVS)
+    tasks = registry.dm_control_suite.ALL_ENVS
     download = (*registry.locomotion.ALL_ENVS, *registry.manipulation.ALL_ENVS)
-    offline = f"offline only DM Control's run: {valid}"
-    require(
-        task not in download,
-        f"--env-id playground/{task} needs assets that Playground downloads when it "
-        f"loads (locomotion, manipulation); {offline}",
-    )
-    dm_control = registry.dm_control_suite.ALL_ENVS
-    require(
-        task in dm_control, f"--env-id playground/{task} is not a DM Control task of Playground; {offline}"
-    )
+    offline = f"offline only DM Control's run: {', '.join(f'playground/{n}' for n in tasks)}"
+    assets = "needs assets that Playground downloads when it loads (locomotion, manipulation)"
+    require(task not in download, f"--env-id playground/{task} {assets}; {offline}")
+    require(task in tasks, f"--env-id playground/{task} is not a DM Control task of Playground; {offline}")
     raw = registry.load(task, config_overrides={"impl": "jax"})  # MJX in JAX (Playground's default: warp)
-
     # its State (an mjx.Data, obs, reward, done, metrics, info with its rng) as its leaves: flax's checkpoints
     # cannot serialize an mjx.Data, and the structure rebuilds it
     structure = jax.tree.structure(jax.eval_shape(raw.reset, jax.random.PRNGKey(0)))
@@ -1306,29 +1265,19 @@ def playground_suite(task: str) -> EnvSpec:
 
 # The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
 # adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe).
-ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {
-    "": gymnax_suite,
-    "brax/": brax_suite,
-    "craftax/": craftax_suite,
-    "playground/": playground_suite,
-}
+ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {"": gymnax_suite, "brax/": brax_suite}
+ENV_SUITES |= {"craftax/": craftax_suite, "playground/": playground_suite}
+DRAWN = "classic-control, MinAtar, Brax, Craftax and Playground envs"  # the suites with EnvSpec.render
 
 
-def make_env(env_id: str) -> EnvSpec:
-    """The EnvSpec of an id, built by the suite in ENV_SUITES whose prefix it starts with (the longest)."""
+def make_env(env_id: str) -> EnvSpec:  # by the suite in ENV_SUITES whose prefix it has (the longest)
     prefix = max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
     return ENV_SUITES[prefix](env_id.removeprefix(prefix))
 
 
 # --- 4. Planning the runs: the algorithm, the devices, the programs, the chunks, the memory -------------
-CHARTS = (
-    "episodic_return",
-    "episodic_length",
-    "learning_rate",
-    "epsilon",
-    "gradient_steps",
-)  # CleanRL's tags:
-# charts/ for these metrics, losses/ for the others
+# CleanRL's tags: charts/ for these metrics, losses/ for the others
+CHARTS = ("episodic_return", "episodic_length", "learning_rate", "epsilon", "gradient_steps")
 
 
 class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gives it to the harness
@@ -1338,9 +1287,7 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     env_steps_per_iteration: int  # per seed
     init: Callable[[jax.Array], Any]  # key -> the state of one seed
     iteration: Callable[[Any, jax.Array], tuple[Any, Any]]  # (state, index []) -> (state, metrics)
-    metrics: (
-        type  # the NamedTuple the iteration returns: a scalar per field, each logged; episodic_return too
-    )
+    metrics: type  # the iteration's NamedTuple: a scalar per field, each logged; episodic_return among them
     model: Callable[[Any], Any]  # state -> what --save-model writes (and the non-finite check reads)
     act: Callable[..., Any]  # (model, obs [E, *obs_shape]) -> greedy actions [E, ...]; with act_init, below
     mesh: Mesh | None = None  # None: the harness shards the seeds over the devices, one seed per device
@@ -1348,22 +1295,14 @@ class Algorithm(NamedTuple):  # one script's algorithm, as its make_algorithm gi
     chunk_cpu_opt_level: int | None = None  # on a CPU, the chunk's XLA backend optimisation level
     # a recurrent policy: (model, E) -> its carry at the start; act is then (model, obs, carry) -> (a, carry)
     act_init: Callable[[Any, int], Any] | None = None
-
-    @property
-    def num_iterations(self) -> int:
-        return self.sizes.num_iterations
-
-    @property
-    def total_steps(self) -> int:  # env steps of the whole training, per seed
-        return self.sizes.num_iterations * self.env_steps_per_iteration
+    num_iterations = property(lambda self: self.sizes.num_iterations)
+    total_steps = property(lambda self: self.sizes.num_iterations * self.env_steps_per_iteration)  # per seed
+    # what each iteration logs: the algorithm's metrics' tags, then its env suite's
+    logged_tags = property(lambda self: [*self.metric_tags.values(), *self.env.metric_tags])
 
     @property
     def metric_tags(self) -> dict[str, str]:  # a metric's name -> its TensorBoard tag, CleanRL's
         return {name: f"{'charts' if name in CHARTS else 'losses'}/{name}" for name in self.metrics._fields}
-
-    @property
-    def logged_tags(self) -> list[str]:  # what each iteration logs: the algorithm's, then its env suite's
-        return [*self.metric_tags.values(), *self.env.metric_tags]
 
 
 class Deferred(types.ModuleType):  # in sys.modules for a module: imports it when an attribute is read
@@ -1373,8 +1312,7 @@ class Deferred(types.ModuleType):  # in sys.modules for a module: imports it whe
         return getattr(importlib.import_module(self.__name__), name)
 
 
-def programs(args: Flags) -> list[list[Flags]]:
-    """The configurations of --sweep grouped by their static flags' values: one compiled program each."""
+def programs(args: Flags) -> list[list[Flags]]:  # the grid grouped by static flags: a program each
     grouped: dict[tuple, list[Flags]] = {}
     for config in sweep_grid(args):
         static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
@@ -1383,16 +1321,13 @@ def programs(args: Flags) -> list[list[Flags]]:
 
 
 def cpu_device_count(runs: int, cores: int) -> int:
-    """One CPU device per core; when the runs do not divide among the cores, the fewest devices up to twice
-    the cores that hold them with no padded slot: 3 seeds on 2 cores run on 3 devices, whose threads share
-    the cores, not on 2 with a 4th slot computed and thrown away (measured in docs/benchmarks.md)."""
+    """One CPU device per core, or where the runs do not divide, the fewest (<= 2x) with no padded slot."""
     unpadded = [count for count in range(cores, 2 * cores + 1) if runs % count == 0]
     return unpadded[0] if runs > cores and unpadded else cores
 
 
 def start_jax(args: Flags) -> None:
-    """Configure JAX before its backend starts (the first array, or importing gymnax, starts it): with no
-    accelerator, one CPU device per core (cpu_device_count) unless --cpu-devices says how many."""
+    """Configure JAX before its backend starts (importing gymnax starts it): CPU devices, compile cache."""
     require(args.cpu_devices <= 1024, f"--cpu-devices must be at most 1024, got {args.cpu_devices}")
     for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
         if name not in sys.modules and importlib.util.find_spec(name) is not None:
@@ -1410,18 +1345,14 @@ def start_jax(args: Flags) -> None:
 class Run(NamedTuple):  # one program's runs (a configuration x a seed each): what it writes, how they lie
     args: Flags  # the first configuration's (its static flags are every run's)
     algo: Algorithm
-    configs: list[
-        Flags
-    ]  # R: each run's configuration (--sweep's grid point; else args), seeds varying fastest
+    configs: list[Flags]  # R: each run's configuration (its --sweep grid point, else args), seeds fastest
     seeds: list[int]  # R: each run's seed
     dirs: list[Path]  # R: one run directory per run (none until they are made or found)
     iterations_per_chunk: int
     num_chunks: int  # every chunk has work; only the last may be partly masked
     mesh: Mesh  # its axis "seeds" splits the runs over the devices
     slots: int  # the runs padded to a multiple of that axis (the padding's results are discarded)
-
-    def each_run(self) -> zip:  # (configuration, seed) of each run
-        return zip(self.configs, self.seeds, strict=True)
+    each_run = lambda self: zip(self.configs, self.seeds, strict=True)  # (configuration, seed) of each run
 
     def how_many(self) -> str:
         return f"{len(self.seeds)} {'runs (configurations x seeds)' if self.args.sweep else 'seed(s)'}"
@@ -1458,12 +1389,10 @@ def estimate(args: Flags, configs: int) -> tuple[int, int]:
 
 
 def sizing_flags(run: Run, rollout: bool) -> str:
-    """The flags whose values size a run's memory: each integer flag that, halved (or else doubled), moves the
-    bytes of the runs' states and evaluations (their shapes) by a tenth or more; with `rollout`, or an
-    iteration's env steps."""
-    sizes = lambda args: np.array(
-        estimate(args, len(run.configs) // run.args.num_seeds)[: 1 + rollout], float
-    )
+    """The flags that size a run's memory: each integer flag that, halved (or else doubled), moves the bytes
+    of the states and evaluations (with `rollout`, or an iteration's env steps) by a tenth or more."""
+    configs = len(run.configs) // run.args.num_seeds
+    sizes = lambda args: np.array(estimate(args, configs)[: 1 + rollout], float)
     base, named = sizes(run.args), []
     for name, value in vars(run.args).items():
         if type(value) is not int or value < 2 or name in ("seed", "total_timesteps", "eval_frequency"):
@@ -1483,12 +1412,9 @@ def sizing_flags(run: Run, rollout: bool) -> str:
 
 
 def require_memory(run: Run, need: int, what: str, rollout: bool = False) -> None:
-    """ArgsError when `need` bytes exceed what the devices hold (an accelerator's allocator limit, or the RAM,
-    within ulimit -v), naming the flags that size them."""
-    stats = jax.local_devices()[0].memory_stats() or {}
-    have = stats.get("bytes_limit", 0) * run.mesh.size or os.sysconf("SC_PHYS_PAGES") * os.sysconf(
-        "SC_PAGE_SIZE"
-    )
+    """ArgsError, naming the flags that size it, where `need` bytes exceed the devices' (RAM: ulimit -v)."""
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    have = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit", 0) * run.mesh.size or ram
     if (limit := resource.getrlimit(resource.RLIMIT_AS)[0]) != resource.RLIM_INFINITY:
         have = min(have, limit)
     if need > have:
@@ -1497,8 +1423,7 @@ def require_memory(run: Run, need: int, what: str, rollout: bool = False) -> Non
 
 
 def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
-    """The runs of configurations that share one program (their static flags), each with every seed; each
-    configuration passes the algorithm's own checks, and their states fit the devices' memory."""
+    """The runs of configurations sharing a program, each with every seed: checked, and fitting the memory."""
     for config in reversed(configs):  # each passes the algorithm's checks; algo is the first's
         try:
             for name, value in vars(config).items():  # inf and nan pass "positive" and "in [0, 1]"
@@ -1509,8 +1434,7 @@ def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
             raise ArgsError(f"--sweep {label(config, ' ')}: {error}" if config.sweep else error) from None
     args, runs = configs[0], len(configs) * len(seeds)
     require(algo.total_steps < 2**31, f"--total-timesteps {args.total_timesteps}: at most 2^31 - 1 per seed")
-    drawn = "classic-control, MinAtar, Brax, Craftax and Playground envs"  # the suites with EnvSpec.render
-    require(algo.env.render or not args.capture_video, f"--capture-video renders {drawn}, not {args.env_id}")
+    require(algo.env.render or not args.capture_video, f"--capture-video renders {DRAWN}, not {args.env_id}")
     if (mesh := algo.mesh) is None:  # the fewest devices that spread the runs most evenly
         per_device = math.ceil(runs / min(runs, jax.device_count()))
         devices = jax.devices()[: math.ceil(runs / per_device)]
@@ -1520,16 +1444,14 @@ def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
     chunks = plan_chunks(algo.num_iterations, max(args.num_chunks, evaluations))  # a chunk ends by each
     configs, seeds = [c for c in configs for _ in seeds], seeds * len(configs)  # [R]: the seeds vary fastest
     run = Run(args, algo, configs, seeds, [], *chunks, mesh, slots)
-    # three copies of the state (the chunk's input and output, the host's), and the evaluation
-    everything = [state_shapes(run)] * 3 + evaluation_shapes(run)
+    everything = [state_shapes(run)] * 3 + evaluation_shapes(run)  # the chunk's input, output, host's copy
     need = sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(everything))
     require_memory(run, need, "the training state and its evaluation")
     return run
 
 
 def plan_runs(args: Flags) -> list[Run]:
-    """Check the run's flags and every configuration of --sweep, group the configurations by their static
-    flags (one program each), and plan each program's runs."""
+    """Check the run's flags and every configuration of --sweep, and plan each program's runs."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", "checkpoint_frequency", at_least=0)
     require(args.num_seeds <= 2**20, f"--num-seeds must be at most 2^20, got {args.num_seeds}")
@@ -1545,28 +1467,22 @@ def plan_runs(args: Flags) -> list[Run]:
     grouped = programs(args)
     if args.sweep:
         configs = sum(map(len, grouped))
-        say(
-            f"sweep: {configs} configurations x {args.num_seeds} seed(s) = {configs * args.num_seeds} runs, "
-            f"in {len(grouped)} program(s) compiled one after another"
-        )
+        count = f"{configs} configurations x {args.num_seeds} seed(s) = {configs * args.num_seeds} runs"
+        say(f"sweep: {count}, in {len(grouped)} program(s) compiled one after another")
         static = sorted({n for n in swept(args) if n not in Hyperparameters._fields}) or ["none"]
-        cap = f"at most --sweep-max-programs {args.sweep_max_programs} (raise it to compile them all)"
         each = f"one per value of its static flags ({', '.join(static)})"
-        many = f"--sweep: {len(grouped)} programs, {each}; {cap}"
-        require(len(grouped) <= args.sweep_max_programs, many)
+        cap = f"at most --sweep-max-programs {args.sweep_max_programs} (raise it to compile them all)"
+        require(len(grouped) <= args.sweep_max_programs, f"--sweep: {len(grouped)} programs, {each}; {cap}")
     runs = [plan_run(configs, seeds) for configs in grouped]
     require(sum(len(run.configs) for run in runs) <= 2**20, "--sweep x --num-seeds: at most 2^20 runs")
     return runs
 
 
-def say_plan(run: Run) -> None:
-    """One line where the run differs from its flags: the budget in whole iterations, the chunks."""
+def say_plan(run: Run) -> None:  # one line where the run differs from its flags: whole iterations, chunks
     args, algo, notes = run.args, run.algo, []
     if algo.total_steps != args.total_timesteps:
-        whole = f"{algo.num_iterations:,} iterations of {algo.env_steps_per_iteration:,}"
-        notes.append(
-            f"--total-timesteps {args.total_timesteps:,} trains {algo.total_steps:,} steps ({whole})"
-        )
+        whole = f"({algo.num_iterations:,} iterations of {algo.env_steps_per_iteration:,})"
+        notes.append(f"--total-timesteps {args.total_timesteps:,} trains {algo.total_steps:,} steps {whole}")
     if run.num_chunks != args.num_chunks:
         chunks = f"{run.num_chunks} chunks of {run.iterations_per_chunk} iterations"
         notes.append(f"--num-chunks {args.num_chunks} runs as {chunks}")
@@ -1575,6 +1491,9 @@ def say_plan(run: Run) -> None:
 
 
 # --- 5. Run directories, their records and checkpoints ------------------------------------------------
+CLAIMED: list[Path] = []  # the run directories this process has claimed, released as main returns
+
+
 def run_name(config: Flags, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}; a sweep's labelled
     experiment = f"{config.exp_name}-{label(config)}" if config.sweep else config.exp_name
     return f"{config.env_id.replace('/', '-')}__{experiment}__{seed}__{stamp}"
@@ -1590,22 +1509,21 @@ def write_atomic(path: Path, data: bytes) -> None:  # a temporary file renamed i
     os.replace(temporary, path)
 
 
+def records(dirs: list[Path], name: str) -> dict[int, Any]:  # run i -> its JSON file `name`, where it has one
+    return {i: json.loads((d / name).read_text()) for i, d in enumerate(dirs) if (d / name).is_file()}
+
+
 def make_all(dirs: list[Path]) -> bool:  # made every directory (True), or none (False: one exists already)
-    made = []
-    try:
-        for run_dir in dirs:
+    for k, run_dir in enumerate(dirs):
+        try:
             run_dir.mkdir(parents=True)
-            made.append(run_dir)
-        return True
-    except FileExistsError:  # another run's name: undo
-        for run_dir in made:
-            run_dir.rmdir()
-        return False
-    except OSError as error:  # a read-only file system, an --output-dir that is a file, ...
-        raise ArgsError(f"--output-dir {dirs[0].parent}: cannot write there ({error.strerror})") from None
-
-
-CLAIMED: list[Path] = []  # the run directories this process has claimed, released as main returns
+        except FileExistsError:  # another run's name: undo
+            for made in dirs[:k]:
+                made.rmdir()
+            return False
+        except OSError as error:  # a read-only file system, an --output-dir that is a file, ...
+            raise ArgsError(f"--output-dir {dirs[0].parent}: cannot write there ({error.strerror})") from None
+    return True
 
 
 def process_identity(pid: int) -> str:  # "pid start host"; the start (Linux's /proc) tells a reused pid apart
@@ -1639,9 +1557,7 @@ def release_claims() -> None:  # this process's run.lock claims emptied: the run
 
 
 def lock_run_dirs(run: Run) -> Run:
-    """Claim each run directory: run.lock names the process that trains it (pid, start time, host), read and
-    written under a brief flock. No file stays open, so the runs of a process are not bounded by ulimit -n;
-    a claim whose process has died (kill -9) is taken over."""
+    """Claim each run's run.lock (pid, start time, host) under a brief flock; a dead process's claim goes."""
     me = process_identity(os.getpid())
     for run_dir in run.dirs if is_main_process() else []:
         try:
@@ -1660,13 +1576,10 @@ def lock_run_dirs(run: Run) -> Run:
 
 
 def make_run_dirs(runs: list[Run]) -> list[Run]:
-    """A new directory per run, with its args.json: {env}__{exp}__{seed}__{time}, then -1, -2, ... after the
-    time while a run started in the same second holds the name (all the runs' made, or none). A sweep's
-    summary goes in {env}__{exp}__sweep__{time} beside them."""
+    """A new directory per run with its args.json, all or none: {env}__{exp}__{seed}__{time}, then -1, ..."""
     args, second = runs[0].args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
-    named = lambda stamp: [
-        [Path(args.output_dir) / run_name(*r, stamp) for r in run.each_run()] for run in runs
-    ]
+    folder = Path(args.output_dir)
+    named = lambda stamp: [[folder / run_name(*r, stamp) for r in run.each_run()] for run in runs]
     summary = lambda stamp: [sweep_dir(args, stamp)] if args.sweep else []
     stamps = (f"{second}-{n}" if n else f"{second}" for n in itertools.count())
     # process 0 alone writes; the first stamp free for every directory
@@ -1681,8 +1594,7 @@ def make_run_dirs(runs: list[Run]) -> list[Run]:
 
 
 def open_run_dirs(runs: list[Run]) -> list[Run]:
-    """The runs with their directories, locked: new ones, or on --resume the run's and its siblings', found
-    through its args.json (so they may have been moved or renamed)."""
+    """The runs with their directories, locked: new, or the resumed run's and its siblings' (by args.json)."""
     args = runs[0].args
     if args.resume is None:
         return make_run_dirs(runs)
@@ -1723,12 +1635,10 @@ def read_checkpoint(path: Path, template: Any) -> tuple[int, Any]:
 
 
 def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
-    """(iterations done, every run's state) of the newest checkpoint that reads in all its runs' directories
-    but those of diverged runs (each takes another's state: it trains no further); a file that does not
-    read is said, and the one before it taken. A run stopped before its first checkpoint starts again."""
+    """(iterations done, every run's state) of the newest checkpoint that reads in every undiverged run's."""
     healthy = [d for d in run.dirs if not (d / "diverged.json").is_file()] or run.dirs
     names = sorted({p.name for d in healthy for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]
-    if run.args.resume is None or not names:
+    if run.args.resume is None or not names:  # a run stopped before its first checkpoint starts again
         return 0, None
     template, errors = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)), []
     for name in names:
@@ -1773,12 +1683,11 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
     def append_events(self, events: list[Event]) -> None:  # TFRecords: length, data, each CRC-32C'd (masked)
         with open(self.events, "ab") as file:
             for data in (event.SerializeToString() for event in events):
-                header = struct.pack("<Q", len(data))
-                file.write(header + struct.pack("<I", masked_crc32c(header)) + data)
-                file.write(struct.pack("<I", masked_crc32c(data)))
+                header = len(data).to_bytes(8, "little")
+                file.write(header + masked_crc32c(header).to_bytes(4, "little") + data)
+                file.write(masked_crc32c(data).to_bytes(4, "little"))
 
-    def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-        """Log rows of (global_step, {tag: value}), one event each, leaving NaNs out."""
+    def write(self, rows: list[tuple[int, dict[str, float]]]) -> None:  # (global_step, {tag: value}) each
         events = []
         with open(self.jsonl, "a") as jsonl:
             for step, values in rows:
@@ -1810,12 +1719,8 @@ def seed_slice(tree: Any, i: int) -> Any:  # leaves [R, ...] -> run i's
     return jax.tree.map(lambda x: x[i], tree)
 
 
-def seeds_program(
-    per_seed: Callable, inputs: tuple, level: int | None, axes=(0,), *, mesh=None, **jit
-) -> Any:
-    """jit(vmap(per_seed)) over the runs, split along the mesh's "seeds" axis, at XLA level `level`. One run,
-    or one on each device of a 1-D mesh: per_seed unbatched (a vmapped batch of one trains slower on XLA CPU,
-    up to 2x with layer norm: docs/benchmarks.md)."""
+def seeds_program(per_seed: Callable, inputs: tuple, level: int | None, axes=(0,), *, mesh=None, **jit):
+    """jit(vmap(per_seed)) over the runs, split on the mesh's "seeds" axis; one run per device: unbatched."""
     slots = len(jax.tree.leaves(inputs[0])[0])
     row = lambda x, axis: x if axis is None else seed_slice(x, 0)  # a batched input's only row
     unbatched = lambda *xs: jax.tree.map(lambda leaf: leaf[None], per_seed(*map(row, xs, axes)))
@@ -1856,34 +1761,30 @@ class Conv3x3(nn.Module):  # nn.Conv(features, (3, 3), "VALID") as a dense layer
 
 
 def initial_state(run: Run, restored: list[Any] | None) -> Any:
-    """Every run's state, new (init(PRNGKey(seed)), holding its configuration's traced values) or restored,
-    leaves [slots, ...] laid on the mesh; ArgsError when an allocation the estimate let through fails."""
+    """Every run's state, new (init(PRNGKey(seed)), its traced values) or restored, leaves [slots, ...]."""
     shardings = NamedSharding(run.mesh, P("seeds"))  # one for every leaf: split by run
     if run.algo.state_specs:  # the run axis, then each leaf's spec (from the state's shapes: init traced)
         specs = run.algo.state_specs(jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)))
         seeds_first = lambda spec: NamedSharding(run.mesh, P("seeds", *spec))
         shardings = jax.tree.map(seeds_first, specs, is_leaf=lambda spec: isinstance(spec, P))
+    stacked = lambda trees: pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *trees), run.slots)
     if restored is not None:
-        host = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *restored), run.slots)
-        return jax.device_put(host, shardings)  # every process holds the same host arrays
+        return jax.device_put(stacked(restored), shardings)  # every process holds the same host arrays
     keys = pad_seeds(np.asarray(jax.vmap(jax.random.PRNGKey)(np.array(run.seeds, np.int32))), run.slots)
-    hyper = pad_seeds(jax.tree.map(lambda *xs: np.stack(xs), *map(hyperparameters, run.configs)), run.slots)
+    inputs = (keys, stacked(map(hyperparameters, run.configs)))  # and each run's traced values
     # with strong types, as a restored state has them: a resume reruns the same program
     strong = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, x.dtype), tree)
     init = lambda key, hyper: strong(run.algo.init(key)._replace(hyper=hyper))
     try:
-        program = seeds_program(
-            init, (keys, hyper), RUNS_ONCE, (0, 0), mesh=run.mesh, out_shardings=shardings
-        )
-        return jax.block_until_ready(program(keys, hyper))
+        program = seeds_program(init, inputs, RUNS_ONCE, (0, 0), mesh=run.mesh, out_shardings=shardings)
+        return jax.block_until_ready(program(*inputs))
     except jax.errors.JaxRuntimeError as error:  # an allocation the estimate let through
         raise ArgsError(f"the training state does not fit: {str(error).splitlines()[0]}") from None
 
 
 def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> tuple[Any, dict]:
-    """per_chunk iterations of one seed from iteration `first`, their logged metrics {tag: [per_chunk]}; those
-    past the end (last chunk) are skipped, their metrics NaN. first is not batched over seeds, so the skip
-    stays a real branch. A suite's own metrics are read from (and cleared in) the state's env_state."""
+    """per_chunk iterations of one seed from iteration `first`, their logged metrics {tag: [per_chunk]}: those
+    past the end skipped, NaN (first is not batched: a real branch); a suite's own read from its env_state."""
 
     def iterate(s: Any, index: jax.Array) -> tuple[Any, dict]:
         s, metrics = algo.iteration(s, index)
@@ -1893,12 +1794,8 @@ def run_chunk(algo: Algorithm, per_chunk: int, state: Any, first: jax.Array) -> 
             s, logged = s._replace(env_state=env_state), logged | suite
         return s, {tag: jnp.asarray(value, jnp.float32) for tag, value in logged.items()}
 
-    def skip(s: Any, index: jax.Array) -> tuple[Any, dict]:
-        return s, {tag: jnp.float32(jnp.nan) for tag in algo.logged_tags}
-
-    def maybe_iterate(s: Any, index: jax.Array) -> tuple[Any, dict]:
-        return jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
-
+    skip = lambda s, index: (s, {tag: jnp.float32(jnp.nan) for tag in algo.logged_tags})
+    maybe_iterate = lambda s, index: jax.lax.cond(index < algo.num_iterations, iterate, skip, s, index)
     return jax.lax.scan(maybe_iterate, state, first + jnp.arange(per_chunk))
 
 
@@ -1909,7 +1806,7 @@ class ChunkOutput(NamedTuple):  # one chunk of every run, as its compiled progra
 
 
 def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput]:
-    """jit(vmap(run_chunk)), compiled once for every chunk (its state not donated: slower on XLA CPU). It
+    """jit(vmap(run_chunk)), compiled once for every chunk (its state not donated: slower on XLA CPU); it
     checks the parameters for non-finite values itself, so the state leaves the device only to be saved."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
     replicated, by_seed = NamedSharding(run.mesh, P()), NamedSharding(run.mesh, P("seeds"))
@@ -1923,16 +1820,11 @@ def compile_chunk(run: Run, state: Any) -> Callable[[Any, np.int32], ChunkOutput
     jit = {"in_shardings": (shardings, replicated), "out_shardings": ChunkOutput(shardings, by_seed, by_seed)}
     level = run.algo.chunk_cpu_opt_level if jax.default_backend() == "cpu" else None
     compiled = seeds_program(per_seed, (state, np.int32(0)), level, (0, None), mesh=run.mesh, **jit)
-    if (
-        memory := compiled.memory_analysis()
-    ) is not None:  # XLA's count: the state, the rollout, the temporaries
+    if (memory := compiled.memory_analysis()) is not None:  # XLA's count: the state, rollout, temporaries
         peak = memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-        host = (
-            sum(x.nbytes for x in jax.tree.leaves(state)) // run.mesh.size
-        )  # the host's copy, for a checkpoint
-        require_memory(
-            run, (peak + host) * run.mesh.size, "a chunk's arrays (the state, its rollout, ...)", True
-        )
+        host = sum(x.nbytes for x in jax.tree.leaves(state)) // run.mesh.size  # the host's copy (checkpoints)
+        need = (peak + host) * run.mesh.size
+        require_memory(run, need, "a chunk's arrays (the state, its rollout, ...)", True)
     steps = run.iterations_per_chunk * run.algo.env_steps_per_iteration
     where = f"{steps:,} env steps per seed, {run.how_many()} on {run.mesh.size} device(s)"
     say(f"compiled one chunk ({where}) in {time.perf_counter() - start:.1f}s")
@@ -1980,16 +1872,17 @@ def evaluate_episodes(
     return jax.lax.while_loop(lambda c: c.running.any(), lambda c: eval_step(c)[0], carry)
 
 
-def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:
-    """state -> every seed's deterministic evaluation, leaves [slots, ...]."""
+def compile_evaluate(run: Run, state: Any) -> Callable[[Any], Evaluation]:  # every run's, leaves [slots, ...]
     key = jax.random.PRNGKey(EVAL_SEED)
     evaluate = lambda s: evaluate_episodes(run.algo, run.args.eval_episodes, run.algo.model(s), key)
     return seeds_program(evaluate, (state,), RUNS_ONCE, mesh=run.mesh)
 
 
 # --- 7. The driver: the chunks, and what is written out between them ----------------------------------
-def wait_for(tree: Any) -> Any:
-    """tree, once computed; the driver waits in Python, not inside XLA, so a signal's handler runs."""
+WRITES_BEHIND = 4  # chunks whose outputs may wait to be written; a checkpoint waits for all before it
+
+
+def wait_for(tree: Any) -> Any:  # once computed; waiting in Python, not in XLA, lets a signal's handler run
     leaf = jax.tree.leaves(tree)[0]
     while not leaf.is_ready():
         time.sleep(0.001)
@@ -2009,11 +1902,8 @@ def chunk_end(run: Run, index: int) -> ChunkEnd:
     per_iteration, every = run.algo.env_steps_per_iteration, run.args.eval_frequency
     first = index * run.iterations_per_chunk
     num_valid = min(run.iterations_per_chunk, run.algo.num_iterations - first)
-    began, step, last = (
-        first * per_iteration,
-        (first + num_valid) * per_iteration,
-        index + 1 == run.num_chunks,
-    )
+    began, step = first * per_iteration, (first + num_valid) * per_iteration
+    last = index + 1 == run.num_chunks
     return ChunkEnd(first, num_valid, began, step, last, last or every > 0 and step // every > began // every)
 
 
@@ -2021,9 +1911,6 @@ def checkpoint_due(run: Run, end: ChunkEnd, saved: int) -> bool:  # saved: the e
     """At the first chunk end past each --checkpoint-frequency env steps (0: a tenth of the run)."""
     every = run.args.checkpoint_frequency or math.ceil(run.algo.total_steps / 10)
     return end.step // every > saved // every
-
-
-WRITES_BEHIND = 4  # chunks whose outputs may wait to be written; a checkpoint waits for all before it
 
 
 def settle(writes: collections.deque, keep: int) -> None:
@@ -2066,8 +1953,7 @@ def write_chunk(run: Run, loggers: list[RunLogger], rows: ChunkRows, line: str) 
 
 
 def divergence(run: Run, end: ChunkEnd, metrics: dict[str, np.ndarray], i: int) -> dict[str, Any]:
-    """Where run i's training stopped being finite in this chunk: the first loss that turned non-finite for
-    good (else its parameters), and the step."""
+    """Where run i's training turned non-finite: the first loss non-finite for good (else its parameters)."""
     turned = {}  # a loss -> the first iteration from which it stays non-finite
     for tag, x in metrics.items():
         bad = ~np.isfinite(x[i])
@@ -2083,9 +1969,8 @@ def progress_line(run: Run, end: ChunkEnd, metrics: dict, evals: dict, elapsed: 
     recent = metrics["charts/episodic_return"][:, -max(1, end.num_valid // 4) :]  # [S, I/4]
     latest = np.nanmean(recent) if np.isfinite(recent).any() else np.nan
     bar, sps = "#" * int(20 * end.step / run.algo.total_steps), (end.step - at_start) / elapsed
-    line = (
-        f"[{bar:-<20}] {end.step:>10,}/{run.algo.total_steps:,} steps | {sps:,.0f} SPS | return {latest:8.2f}"
-    )
+    steps = f"{end.step:>10,}/{run.algo.total_steps:,} steps"
+    line = f"[{bar:-<20}] {steps} | {sps:,.0f} SPS | return {latest:8.2f}"
     return line + "".join(f" | eval {np.mean(x):.2f}" for x in evals.values()) + f" | {elapsed:6.1f}s"
 
 
@@ -2094,12 +1979,9 @@ def resume_command(run: Run) -> str:
 
 
 def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
-    """The chunks from iteration `done`. As soon as chunk k is done, chunk k+1 is dispatched; then chunk k's
-    results come to the host (its metrics; an evaluation at an evaluation point; the state where a checkpoint
-    is due) and a writer thread writes them out, in order, while the chunks go on. A write's error stops the
-    run. On non-finite parameters, a stop signal or the evaluation failing to compile, the driver dispatches
-    no more, waits for the writes and exits; it never exits while a chunk computes (Python's teardown under
-    it can crash). Transfers stay in this thread: with several processes each is a collective."""
+    """The chunks from iteration `done`: as chunk k ends, chunk k+1 is dispatched and chunk k's results go to
+    a writer thread; it never exits while a chunk computes (Python's teardown under it can crash). Transfers
+    stay in this thread: with several processes each is a collective."""
     per_iteration, num_runs = run.algo.env_steps_per_iteration, len(run.seeds)
     at_start = done * per_iteration
     loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
@@ -2108,51 +1990,37 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
     in_flight = chunk(state, np.int32(done))  # done ends a chunk
     evaluation, saved = None, at_start  # the latest evaluation; the env steps of the latest checkpoint
     # run -> where it diverged (its diverged.json, on a resume): it trains on in its slot, nothing written
-    diverged = {
-        i: json.loads((d / "diverged.json").read_text())
-        for i, d in enumerate(run.dirs)
-        if (d / "diverged.json").is_file()
-    }
+    diverged = records(run.dirs, "diverged.json")
     try:
         for index in range(math.ceil(done / run.iterations_per_chunk), run.num_chunks):
             output, end = wait_for(in_flight), chunk_end(run, index)
             state, failed = output.state, evaluate.exception() if end.evaluate or evaluate.done() else None
-            if (
-                end.evaluate and failed is None
-            ):  # dispatched before the next chunk: its result waits for it alone
+            if end.evaluate and failed is None:  # dispatched before the next chunk: it waits for it alone
                 evaluation = evaluate.result()(state)
             stopping = to_host(np.array([len(stop)])).any() and not end.last  # a signal to any process
             # [S, I]: the real runs (not the padding), the iterations that ran
             metrics = {tag: x[:num_runs, : end.num_valid] for tag, x in to_host(output.metrics).items()}
             finite, skipped = to_host(output.finite)[:num_runs], set(diverged)
-            new = {
-                i: divergence(run, end, metrics, i)
-                for i in range(num_runs)
-                if not finite[i] and i not in diverged
-            }
+            newly = [i for i in range(num_runs) if not finite[i] and i not in skipped]
+            new = {i: divergence(run, end, metrics, i) for i in newly}
             diverged |= new
-            for record in new.values():
-                where = f"{record['non_finite']} turned non-finite at step {record['at_step']:,}"
-                say(
-                    f"{record['run_dir']}: {where}; it trains no further (its checkpoints stay), others go on"
-                )
+            for d in new.values():
+                where = f"{d['non_finite']} turned non-finite at step {d['at_step']:,}"
+                say(f"{d['run_dir']}: {where}; it trains no further (its checkpoints stay), others go on")
             stopping |= len(diverged) == num_runs and not end.last  # all diverged: the program is done
             if not end.last and not stopping:
                 in_flight = chunk(state, np.int32(end.first + run.iterations_per_chunk))
             now = time.perf_counter()
-            sps, ready = end.num_valid * per_iteration / (now - ready), now
-            evals = {}  # tag -> every run's mean return [S]
+            sps, ready, evals = end.num_valid * per_iteration / (now - ready), now, {}  # evals: tag -> [S]
             if end.evaluate and failed is None:
                 returns = to_host(evaluation.returns)[:num_runs].astype(np.float64)  # [S, E]
-                evals["eval/episodic_return"] = returns.mean(-1)
-            ends_run, host_state = end.last or stopping or failed is not None, None
+                evals["eval/episodic_return"] = returns.mean(-1)  # every run's mean return
+            ends_run, on_host = end.last or stopping or failed is not None, None
             if ends_run or checkpoint_due(run, end, saved):  # one host copy of the state at a time
                 settle(writes, keep=0)
-                host_state, saved = to_host(state), end.step
+                on_host, saved = to_host(state), end.step
             line = progress_line(run, end, metrics, evals, time.perf_counter() - start, at_start)
-            rows = ChunkRows(
-                end.first, end.num_valid, metrics, sps, evals, end.step, host_state, new, skipped
-            )
+            rows = ChunkRows(end.first, end.num_valid, metrics, sps, evals, end.step, on_host, new, skipped)
             writes.append(writer.submit(write_chunk, run, loggers, rows, line))
             settle(writes, keep=0 if ends_run else WRITES_BEHIND)  # a write's error is raised here
             if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
@@ -2183,8 +2051,7 @@ def eval_summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     return {"returns": returns.tolist(), "lengths": np.asarray(lengths).tolist(), **stats}
 
 
-def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
-    """episodic_return.png: the training return (and any evaluation return) against env steps."""
+def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:  # episodic_return.png
     from matplotlib.figure import Figure  # drawn straight to a file: no pyplot, no backend to choose
 
     ax = (fig := Figure(figsize=(6, 4), layout="tight")).subplots()
@@ -2199,57 +2066,46 @@ def plot_returns(run_dir: Path, title: str, points: list[dict]) -> None:
 
 
 def write_outputs(run: Run, state: Any, first_lengths: np.ndarray, diverged: Any = ()) -> None:
-    """--save-model's {exp_name}.flax and --capture-video's video in each run's directory, of the final state;
-    first_lengths [R]: each run's evaluation episode 0's length (the video's)."""
+    """--save-model's {exp_name}.flax and --capture-video's video of the final state in each run's directory
+    but a diverged one's; first_lengths [R]: each run's evaluation episode 0's length (the video's)."""
     algo, args = run.algo, run.args
+    written = [(i, d) for i, d in enumerate(run.dirs if is_main_process() else []) if i not in diverged]
     if args.save_model:
         models = to_host(jax.vmap(algo.model)(state))
-        for i, run_dir in enumerate(run.dirs if is_main_process() else []):
-            if i not in diverged:
-                write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
+        for i, run_dir in written:
+            write_atomic(run_dir / f"{args.exp_name}.flax", to_bytes(seed_slice(models, i)))
     if args.capture_video:  # episode 0 again, its states kept: as long as the longest seed's
-        key, longest = jax.random.PRNGKey(EVAL_SEED), int(np.max(first_lengths))
-        record = lambda s: (
-            evaluate_episodes(algo, args.eval_episodes, algo.model(s), key, longest).first_episode
-        )
+        key, T = jax.random.PRNGKey(EVAL_SEED), int(np.max(first_lengths))
+        record = lambda s: evaluate_episodes(algo, args.eval_episodes, algo.model(s), key, T).first_episode
         videos = to_host(seeds_program(record, (state,), RUNS_ONCE, mesh=run.mesh)(state))
-        for i, run_dir in enumerate(run.dirs if is_main_process() else []):
-            if i not in diverged:
-                (run_dir / "videos").mkdir(exist_ok=True)
-                algo.env.render(seed_slice(videos, i), int(first_lengths[i]), run_dir / "videos")
+        for i, run_dir in written:
+            (run_dir / "videos").mkdir(exist_ok=True)
+            algo.env.render(seed_slice(videos, i), int(first_lengths[i]), run_dir / "videos")
 
 
-def finish_run(
-    run: Run, state: Any, loggers: list[RunLogger], evaluation: Evaluation, diverged: dict
-) -> None:
+def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluation: Evaluation, diverged: dict):
     """Each run's eval.json and plot from the evaluation at the training's end, then the model and video."""
     algo, args, result = run.algo, run.args, to_host(evaluation)
     for i, logger in enumerate(loggers):  # process 0's
-        run_dir, config, seed = run.dirs[i], run.configs[i], run.seeds[i]
+        logger.close()
         if i in diverged:
-            logger.close()
             continue
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": algo.total_steps}
-        if algo.env.summary:  # the env suite's own (Craftax: its score, each achievement's rate)
+        if algo.env.summary:  # the env suite's own (a score, each achievement's rate, ...)
             summary |= algo.env.summary(result.returns[i], result.info[i])
-        logger.close()
         points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
         curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
         summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
-        write_atomic(run_dir / "eval.json", json.dumps(summary, indent=2).encode())
-        plot_returns(
-            run_dir,
-            f"{algo.name} on {args.env_id}, {label(config) + ', ' * bool(args.sweep)}seed {seed}",
-            points,
-        )
+        write_atomic(run.dirs[i] / "eval.json", json.dumps(summary, indent=2).encode())
+        point = f"{label(run.configs[i]) + ', ' * bool(args.sweep)}seed {run.seeds[i]}"
+        plot_returns(run.dirs[i], f"{algo.name} on {args.env_id}, {point}", points)
         mean, std = summary["mean"], summary["std"]
-        print(f"{run_dir}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
+        print(f"{run.dirs[i]}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
     write_outputs(run, state, result.lengths[:, 0], diverged)
 
 
 def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
-    """Evaluate {run_dir}/{exp_name}.flax (--save-model) deterministically; by default as eval.json was (to
-    the bit for a run of one seed: the same program, compiled at the same XLA level)."""
+    """{run_dir}/{exp_name}.flax evaluated as eval.json was (to the bit for one seed: the same program)."""
     args = args_from_record(read_record(Path(run_dir)), Path(run_dir))
     algo = make_algorithm(args)
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
@@ -2285,27 +2141,20 @@ def command_line(config: Flags, seed: int) -> str:
 
 
 def configuration_results(run: Run, first: int) -> dict[str, Any]:
-    """The results of the configuration whose seeds are runs first, first + 1, ...: its seeds' final
-    evaluations, and their curves (the evaluation's with --eval-frequency, else the training's)."""
+    """The configuration whose seeds are runs first, first + 1, ...: its final evaluations and curves."""
     args, seeds = run.args, run.args.num_seeds
     config, all_dirs = run.configs[first], run.dirs[first : first + seeds]
-    diverged = [
-        json.loads((d / "diverged.json").read_text()) for d in all_dirs if (d / "diverged.json").is_file()
-    ]
-    dirs = [d for d in all_dirs if (d / "eval.json").is_file()]  # the seeds that trained to the end
-    finals = np.array([json.loads((d / "eval.json").read_text())["mean"] for d in dirs])  # [S]
+    ended = records(all_dirs, "eval.json")  # the seeds that trained to the end
+    dirs, finals = [all_dirs[i] for i in ended], np.array([e["mean"] for e in ended.values()])  # finals [S]
     tag = "eval/episodic_return" if args.eval_frequency else "charts/episodic_return"
     logged = [map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) for d in dirs]
-    curves = [
-        np.array([(p["global_step"], p[tag]) for p in points if tag in p]) for points in logged
-    ]  # [S][P, 2]
+    curves = [np.array([(p["global_step"], p[tag]) for p in ps if tag in p]) for ps in logged]  # [S][P, 2]
     values = {name: getattr(config, name) for name in swept(config)}
-    results = {"config": label(config), "values": values, "iqm": iqm(finals) if len(dirs) else None}
-    results |= {"ci95": bootstrap(finals) if len(dirs) else None, "diverged": diverged}
+    diverged = list(records(all_dirs, "diverged.json").values())
+    results = {"config": label(config), "values": values, "iqm": iqm(finals) if dirs else None}
+    results |= {"ci95": bootstrap(finals) if dirs else None, "diverged": diverged}
     results["final_returns"] = finals.tolist()
-    if (
-        args.eval_frequency
-    ):  # the area under the evaluation curve, per env step: the mean return while training
+    if args.eval_frequency:  # the mean return while training: the evaluation curve's area per env step
         span = lambda c: c[-1, 0] - c[0, 0]
         area = [np.trapezoid(c[:, 1], c[:, 0]) / span(c) if span(c) else c[0, 1] for c in curves if len(c)]
         results["eval_curve_area"] = float(np.mean(area))
@@ -2334,54 +2183,38 @@ def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> No
 
 
 def write_sweep_summary(runs: list[Run]) -> None:
-    """sweep.json, sweep.md and sweep.png: the configurations ranked by the IQM of their seeds' final
-    deterministic evaluations, with 95% bootstrap intervals (and, with --eval-frequency, the area under the
-    evaluation curve); then the winner's command, on fresh seeds."""
+    """sweep.json, sweep.md, sweep.png: the configurations ranked by IQM, the winner's command (new seeds)."""
     args = runs[0].args
     folder = sweep_dir(args, runs[0].dirs[0].name.rsplit("__", 1)[1])
     folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
     every = range(0, len(runs[0].configs), args.num_seeds)
     rows = [configuration_results(run, first) for run in runs for first in every]
-    surest = lambda r: (bool(r["diverged"]), -r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0))  # a tie:
-    rows.sort(
-        key=lambda r: surest(r) if r["iqm"] is not None else (True, math.inf)
-    )  # the surer; diverged last
-    first, last = args.seed, args.seed + args.num_seeds - 1
-    warning = (
-        f"The winner is picked on seeds {first}..{last}: re-evaluate it on fresh seeds before reporting it"
-    )
-    ranked_by = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI)"
-    ranked_by += "; a tie goes to the higher lower end of the interval; a configuration with a diverged seed"
-    ranked_by += " comes last"
+    # a tie goes to the surer; a configuration with a diverged seed comes last
+    surest = lambda r: (bool(r["diverged"]), -r["iqm"], -r["ci95"][0], -r.get("eval_curve_area", 0))
+    rows.sort(key=lambda r: surest(r) if r["iqm"] is not None else (True, math.inf))
+    seeds = f"{args.seed}..{args.seed + args.num_seeds - 1}"
+    warning = f"The winner is picked on seeds {seeds}: re-evaluate it on fresh seeds before reporting it"
+    order = "the IQM over seeds of the final deterministic evaluation's mean return (95% bootstrap CI); a tie"
+    order += " goes to the higher lower end of the interval; a configuration with a diverged seed comes last"
     summary = {"env_id": args.env_id, "script": SCRIPT, "sweep": list(args.sweep), "seeds": args.num_seeds}
-    summary |= {"ranked_by": ranked_by, "winner": rows[0]["command"], "warning": warning}
+    summary |= {"ranked_by": order, "winner": rows[0]["command"], "warning": warning}
     configs = [{k: v for k, v in row.items() if k != "curves"} for row in rows]
     write_atomic(folder / "sweep.json", json.dumps(summary | {"configs": configs}, indent=2).encode())
     area = args.eval_frequency > 0
-    table = [
-        "| rank | configuration | IQM | 95% CI |" + " eval curve area |" * area + " seeds' final returns |"
-    ]
-    table.append("|---" * (5 + area) + "|")
+    header = "| rank | configuration | IQM | 95% CI |" + " eval curve area |" * area
+    table = [header + " seeds' final returns |", "|---" * (5 + area) + "|"]
     for rank, row in enumerate(rows, 1):
-        (low, high), returns = (
-            row["ci95"] or (math.nan, math.nan),
-            ", ".join(f"{x:.1f}" for x in row["final_returns"]),
-        )
-        marked = [
-            f"diverged: {d['run_dir']}, {d['non_finite']} at step {d['at_step']:,}" for d in row["diverged"]
-        ]
+        marks = ["diverged: {run_dir}, {non_finite} at step {at_step:,}".format(**d) for d in row["diverged"]]
         iqm_cell = "-" if row["iqm"] is None else f"{row['iqm']:.2f}"
-        interval = "-" if row["ci95"] is None else f"[{low:.2f}, {high:.2f}]"
-        cells = [rank, "; ".join([row["config"], *marked]), iqm_cell, interval]
+        interval = "-" if row["ci95"] is None else "[{:.2f}, {:.2f}]".format(*row["ci95"])
+        cells = [rank, "; ".join([row["config"], *marks]), iqm_cell, interval]
+        returns = ", ".join(f"{x:.1f}" for x in row["final_returns"])
         cells += [f"{row['eval_curve_area']:.2f}", returns] if area else [returns]
+
         table.append("| " + " | ".join(map(str, cells)) + " |")
     title = f"# Sweep: {SCRIPT} on {args.env_id}, {args.num_seeds} seed(s) per configuration"
-    winner = [
-        f"Winner: `{rows[0]['command']}`",
-        "",
-        f"{warning}: the command above trains it on the next seeds.",
-    ]
-    text = "\n".join([title, "", f"Ranked by {ranked_by}.", "", *table, "", *winner, ""])
+    winner = f"Winner: `{rows[0]['command']}`\n\n{warning}: the command above trains it on the next seeds.\n"
+    text = "\n".join([title, "", f"Ranked by {order}.", "", *table, "", winner])
     write_atomic(folder / "sweep.md", text.encode())
     plot_sweep(folder / "sweep.png", f"{SCRIPT} on {args.env_id}", rows, area)
     print(f"{text}\nwritten to {folder}/: sweep.json, sweep.md, sweep.png")
@@ -2393,10 +2226,8 @@ def evaluation_first() -> bool:  # on an accelerator the chunks wait for the eva
 
 
 def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> dict[int, dict]:
-    """One program's chunks, then its runs' outputs; returns where its runs diverged. The evaluation
-    compiles in a thread beside the chunk's compile (XLA compiles on one core); on a CPU it may go on beside
-    the chunks, on an accelerator the chunks wait for it: there a chunk can take 0.1 s, and the compile
-    beside it slowed the first ones 2-3x (docs/gpu.md). The plot's matplotlib imports in the thread too."""
+    """One program's chunks, then its runs' outputs; where its runs diverged. The evaluation compiles in a
+    thread beside the chunk's (XLA compiles on one core); on an accelerator, the chunks wait (docs/gpu.md)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         evaluate = pool.submit(compile_evaluate, run, state)
         chunk = compile_chunk(run, state)
@@ -2411,66 +2242,43 @@ def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> dict[i
 
 def finished(run: Run, restored: list[Any]) -> dict[int, dict]:
     """A finished run resumed: nothing trains; the model and the video are written if asked for."""
-    ended = {
-        i: json.loads((d / "eval.json").read_text())
-        for i, d in enumerate(run.dirs)
-        if (d / "eval.json").is_file()
-    }
-    diverged = {
-        i: json.loads((d / "diverged.json").read_text()) for i, d in enumerate(run.dirs) if i not in ended
-    }
+    done = records(run.dirs, "eval.json")  # run i -> its eval.json
+    diverged = {i: d for i, d in records(run.dirs, "diverged.json").items() if i not in done}
     for i, run_dir in enumerate(run.dirs):
-        at = (
-            f"eval return {ended[i]['mean']:.2f}" if i in ended else f"diverged ({diverged[i]['non_finite']})"
-        )
+        at = f"eval return {done[i]['mean']:.2f}" if i in done else f"diverged ({diverged[i]['non_finite']})"
         say(f"{run_dir}: finished at step {run.algo.total_steps:,}, {at}; nothing to train")
-    if (run.args.save_model or run.args.capture_video) and ended:
-        lengths = np.array([ended[i]["lengths"][0] if i in ended else 1 for i in range(len(run.dirs))])
+    if (run.args.save_model or run.args.capture_video) and done:
+        lengths = np.array([done[i]["lengths"][0] if i in done else 1 for i in range(len(run.dirs))])
         write_outputs(run, initial_state(run, restored), lengths, diverged)
     return diverged
 
 
 def train_all(runs: list[Run], stop: list[int]) -> None:
-    """Each program in turn, from its runs' newest checkpoints, then a sweep's summary. A run whose training
-    turned non-finite was stopped alone: the last line names each, and exits 1 if every run did."""
+    """Each program in turn from its newest checkpoints, a sweep's summary; exit 1 if every run diverged."""
+
     diverged, trained = [], False
     for number, run in enumerate(runs):
         if number and stop:  # the next program of a sweep
             say(f"stopped; checkpoints saved. Continue with: {resume_command(run)}")
             sys.exit(128 + stop[0])
         done, restored = restore_checkpoints(run)
-        ended = [(d / "eval.json").is_file() or (d / "diverged.json").is_file() for d in run.dirs]
-        if all(ended) and (
-            done == run.algo.num_iterations or not any((d / "eval.json").is_file() for d in run.dirs)
-        ):
+        evaluated = [(d / "eval.json").is_file() for d in run.dirs]
+        ended = [e or (d / "diverged.json").is_file() for e, d in zip(evaluated, run.dirs, strict=True)]
+        if all(ended) and (done == run.algo.num_iterations or not any(evaluated)):
             diverged += finished(run, restored).values()
         else:
             diverged += train_and_finish(run, initial_state(run, restored), done, stop).values()
             trained = True
     if runs[0].args.sweep and is_main_process():
         summary = sweep_dir(runs[0].args, runs[0].dirs[0].name.rsplit("__", 1)[1]) / "sweep.md"
-        write_sweep_summary(runs) if trained or not summary.is_file() else say(
-            f"the sweep is finished: {summary}"
-        )
+        done_before = not trained and summary.is_file()
+        say(f"the sweep is finished: {summary}") if done_before else write_sweep_summary(runs)
     named = "; ".join(f"{d['run_dir']} ({d['non_finite']} at step {d['at_step']:,})" for d in diverged)
     if len(diverged) == sum(len(run.seeds) for run in runs):
-        sys.exit(
-            f"error: non-finite loss or parameters in every run: {named}; their last good checkpoints stay"
-        )
+        every = f"non-finite loss or parameters in every run: {named}"
+        sys.exit(f"error: {every}; their last good checkpoints stay")
     if diverged:
         say(f"diverged, and trained no further: {named}")
-
-
-def failure(error: Exception, runs: list[Run]) -> str:
-    """The line a run that failed while writing (a full disk) or running (out of memory) exits with."""
-    memory = isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
-    if not memory and not isinstance(error, OSError):
-        raise error
-    what = f"out of memory ({sizing_flags(runs[0], True)})" if memory else error.strerror or str(error)
-    what += f": {error.filename}" if getattr(error, "filename", None) else ""
-    if forget_unstarted(runs) or not runs:
-        return f"error: {what}; nothing was saved"
-    return f"error: {what}; the last checkpoint is kept; continue with: {resume_command(runs[0])}"
 
 
 def forget_unstarted(runs: list[Run]) -> bool:
@@ -2485,8 +2293,19 @@ def forget_unstarted(runs: list[Run]) -> bool:
     return True
 
 
-def main() -> None:
-    """Train every run (a configuration x a seed) in compiled chunks, then evaluate each and write out."""
+def failure(error: Exception, runs: list[Run]) -> str:
+    """The line a run that failed while writing (a full disk) or running (out of memory) exits with."""
+    memory = isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
+    if not memory and not isinstance(error, OSError):
+        raise error
+    what = f"out of memory ({sizing_flags(runs[0], True)})" if memory else error.strerror or str(error)
+    what += f": {error.filename}" if getattr(error, "filename", None) else ""
+    if forget_unstarted(runs) or not runs:
+        return f"error: {what}; nothing was saved"
+    return f"error: {what}; the last checkpoint is kept; continue with: {resume_command(runs[0])}"
+
+
+def main() -> None:  # train every run (a configuration x a seed) in chunks, then evaluate and write out each
     gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
