@@ -53,8 +53,8 @@ def test_the_harness_reads_in_the_order_of_a_run():
 
 
 def test_a_one_line_edit_of_the_source_reaches_every_script(tmp_path):
-    """On a copy of the repository: --check finds the edit, the command writes it into all eight
-    scripts, and --check is then content."""
+    """On a copy of the repository: --check finds the edit, the command writes it into every script, and
+    --check is then content."""
     shutil.copytree(ROOT / "vibe_rl", tmp_path / "vibe_rl")
     (tmp_path / "tests").mkdir()
     for name in ("harness.py", "sync_harness.py"):
@@ -69,7 +69,7 @@ def test_a_one_line_edit_of_the_source_reaches_every_script(tmp_path):
     assert sync().returncode == 0
     assert sync("--check").returncode == 0
     scripts = sorted(p for p in (tmp_path / "vibe_rl").glob("*.py") if p.name != "__init__.py")
-    assert len(scripts) == 8
+    assert len(scripts) == len([p for p in (ROOT / "vibe_rl").glob("*.py") if p.name != "__init__.py"]) >= 8
     for script in scripts:
         text = script.read_text()
         assert edited in text and text.endswith(source.read_text())
