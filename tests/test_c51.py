@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from _helpers import NO_LEARNING, ConstantRewardProbe, CountingProbe, probe_spec, run_in_chunks, tree_equal
 
-from vibe_rl import c51_jax as c51
+from vibe_rl import c51_jax as c51, rainbow_jax as rainbow
 
 # A tiny budget that still takes gradient steps: 400 env steps (4 iterations of 25 steps of 4 envs),
 # learning from env step 100.
@@ -33,6 +33,14 @@ TINY = dict(
     v_max=10.0,
 )
 ATOMS = jnp.array([-2.0, -1.0, 0.0, 1.0, 2.0])  # v_min -2, v_max 2, dz 1
+# The categorical projection of C51, and Rainbow's, which takes each transition's discount (gamma^n, or 0
+# after a termination) in place of gamma and the termination: both held to the same hand-computed cases
+PROJECTIONS = {
+    "c51": c51.categorical_projection,
+    "rainbow": lambda probs, rewards, terminated, gamma, atoms: rainbow.categorical_projection(
+        probs, rewards, gamma * (1.0 - jnp.asarray(terminated, jnp.float32)), atoms
+    ),
+}
 
 
 def tiny_args(**overrides) -> c51.Args:
@@ -58,7 +66,8 @@ def reference_projection(next_probs, rewards, terminated, gamma, atoms):
 # --- the categorical projection --------------------------------------------------------
 
 
-def test_categorical_projection_hand_computed():
+@pytest.mark.parametrize("projection", PROJECTIONS)
+def test_categorical_projection_hand_computed(projection):
     next_probs = jnp.array(
         [
             [0.2, 0.0, 0.3, 0.0, 0.5],  # not terminated (a truncation too): bootstraps from Z(s')
@@ -70,7 +79,7 @@ def test_categorical_projection_hand_computed():
     )
     rewards = jnp.array([0.5, -1.8, 1.5, 0.3, 5.0])
     terminated = jnp.array([False, False, False, True, True])
-    projected = c51.categorical_projection(next_probs, rewards, terminated, 0.5, ATOMS)
+    projected = PROJECTIONS[projection](next_probs, rewards, terminated, 0.5, ATOMS)
     expected = [
         # Tz = 0.5 + 0.5 z: -2 -> -0.5 (0.1 to -1, 0), 0 -> 0.5 (0.15 to 0, 1), 2 -> 1.5 (0.25 to 1, 2)
         [0.0, 0.1, 0.25, 0.4, 0.25],
@@ -88,7 +97,7 @@ def test_categorical_projection_hand_computed():
         projected, reference_projection(next_probs, rewards, terminated, 0.5, ATOMS), atol=1e-6
     )
     # the same reward without the termination bootstraps: not the reward alone
-    not_terminated = c51.categorical_projection(next_probs[3:4], rewards[3:4], jnp.array([False]), 0.5, ATOMS)
+    not_terminated = PROJECTIONS[projection](next_probs[3:4], rewards[3:4], jnp.array([False]), 0.5, ATOMS)
     assert not np.allclose(not_terminated, [expected[3]], atol=1e-3)
 
 
@@ -142,13 +151,14 @@ def test_the_target_of_an_episode_end_through_step_and_gradient_step(terminate_a
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
-def test_categorical_projection_conserves_mass_and_matches_algorithm_1():
+@pytest.mark.parametrize("projection", PROJECTIONS)
+def test_categorical_projection_conserves_mass_and_matches_algorithm_1(projection):
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     atoms = jnp.linspace(-10.0, 10.0, 51)
     next_probs = jax.nn.softmax(jax.random.normal(keys[0], (256, 51)) * 3, axis=-1)  # [B, K]
     rewards = jax.random.uniform(keys[1], (256,), minval=-15.0, maxval=15.0)  # some beyond the support
     terminated = jax.random.bernoulli(keys[2], 0.3, (256,))
-    projected = jax.jit(c51.categorical_projection, static_argnums=3)(
+    projected = jax.jit(PROJECTIONS[projection], static_argnums=3)(
         next_probs, rewards, terminated, 0.99, atoms
     )
     assert projected.shape == (256, 51) and bool((projected >= 0).all())
