@@ -415,13 +415,15 @@ def test_s2_a_moved_sweep_writes_its_summary_where_it_lies_now(tmp_path):
 
 
 def test_s3_a_process_trains_more_runs_than_its_open_files_allow(tmp_path):
-    """ulimit -n 256 and 512 seeds: every run trains and writes its eval.json (no file stays open per run)."""
-    flags = [*budget(2, 1), "--num-seeds", "512", "--eval-episodes", "1", "--output-dir", str(tmp_path)]
+    """40 runs under `ulimit -n 32`: every run trains and writes its eval.json (no file stays open per run;
+    holding two a run, as before, needed 80). The issue's own case, 512 seeds under `ulimit -n 256`, is
+    the same property at 8 times the cost: docs/harness.md records it."""
+    flags = [*budget(2, 1), "--num-seeds", "40", "--eval-episodes", "1", "--output-dir", str(tmp_path)]
     command = script_command("ppo_jax_scan", *flags)
-    command["args"] = ["bash", "-c", 'ulimit -n 256 && exec "$@"', "bash", *command["args"]]
+    command["args"] = ["bash", "-c", 'ulimit -n 32 && exec "$@"', "bash", *command["args"]]
     result = subprocess.run(**command, capture_output=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert len(list(tmp_path.glob("*/eval.json"))) == 512
+    assert len(list(tmp_path.glob("*/eval.json"))) == 40
 
 
 def test_s4_a_large_static_grid_says_what_is_coming_and_is_refused_past_the_cap(

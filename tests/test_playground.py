@@ -89,6 +89,7 @@ def test_a_nan_in_the_physics_terminates_and_never_reaches_the_learner(drive):
     assert float(steps.reward[0, 0]) == 0.0 and np.isfinite(np.asarray(steps.obs[0, 0])).all()
 
 
+@pytest.mark.slow  # lockstep_cond's exactness under vmap: tests/test_craftax.py checks it in the default run
 def test_runs_vmapped_together_reset_as_each_run_alone(drive):
     """The reset branch is taken for every run when any run's env ended (lockstep_cond): two runs whose
     episodes end at different steps, vmapped, give each run's own transitions bit for bit. (A few of the
@@ -140,7 +141,10 @@ def test_bad_playground_ids_are_refused_in_one_line(monkeypatch):
         h.make_env(BALANCE)
 
 
-@pytest.mark.parametrize("env_id", ["playground/CheetahRun", "brax/halfcheetah"])
+# the same function serves both suites: -m slow checks Brax's model too
+@pytest.mark.parametrize(
+    "env_id", ["playground/CheetahRun", pytest.param("brax/halfcheetah", marks=pytest.mark.slow)]
+)
 def test_no_mujoco_log_file_is_written_in_the_working_directory(env_id, tmp_path, monkeypatch):
     """Both models carry an attribute MuJoCo 4.0 deprecates: its warning goes to the console only."""
     monkeypatch.chdir(tmp_path)
@@ -159,10 +163,13 @@ TINY = {
     "sac_jax": REPLAY,
     "td3_jax": REPLAY,
 }
-# Each flow compiles the MJX physics into two processes' programs (a minute on 2 cores): the default
-# run checks ppo_jax_scan (with the video), `pytest -m slow` the other four.
-SLOW = ("sac_jax", "ppo_rnn_jax", "ppo_multigpu", "td3_jax")
-FLOWS = ["ppo_jax_scan", *(pytest.param(name, marks=pytest.mark.slow) for name in SLOW)]
+# Each flow compiles the MJX physics into two processes' programs (a minute and a half on 2 cores): they
+# run with `pytest -m slow`. The default run trains on Playground where CI's quick benchmark does
+# (ppo_jax_scan on playground/CartpoleBalance, from the command line, scored by its evaluation).
+FLOWS = [
+    pytest.param(name, marks=pytest.mark.slow)
+    for name in ("ppo_jax_scan", "sac_jax", "ppo_rnn_jax", "ppo_multigpu", "td3_jax")
+]
 
 
 @pytest.mark.parametrize("flow", FLOWS)
