@@ -339,13 +339,16 @@ def buffer_init(capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> Re
     return ReplayBuffer(data, tree_init(capacity), jnp.asarray(1.0), zero, zero)
 
 
-def buffer_add(buffer: ReplayBuffer, batch: Transition, alpha: jax.Array) -> ReplayBuffer:
+def buffer_add(buffer: ReplayBuffer, batch: Transition, alpha: jax.Array | None) -> ReplayBuffer:
     """[RB-2] Write N transitions [N, ...] at rows position, position + 1, ... (mod R), each entering at
-    the largest priority so far (so that every transition is sampled at least once, likely)."""
+    the largest priority so far (so that every transition is sampled at least once, likely); alpha None:
+    uniform replay, no priorities kept."""
     capacity, n = buffer.data.action.shape[0], batch.action.shape[0]
     rows = (buffer.position + jnp.arange(n)) % capacity  # [N]
     data = jax.tree.map(lambda x, new: x.at[rows].set(new.astype(x.dtype)), buffer.data, batch)
-    tree = tree_set(buffer.tree, rows, jnp.full(n, buffer.max_priority**alpha))
+    tree = buffer.tree
+    if alpha is not None:  # without prioritized replay the tree stays empty
+        tree = tree_set(tree, rows, jnp.full(n, buffer.max_priority**alpha))
     size = jnp.minimum(buffer.size + n, capacity)
     return buffer._replace(data=data, tree=tree, position=(buffer.position + n) % capacity, size=size)
 
@@ -482,7 +485,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     returns, discount, last = n_step_return(window.reward, window.terminated, window.truncated, args.gamma)
     next_obs = window.next_obs[last, jnp.arange(args.num_envs)]  # [N, *obs_shape]
     transition = Transition(window.obs[0], window.action[0], returns, discount, next_obs)  # [N]
-    add = lambda buffer: buffer_add(buffer, transition, args.priority_exponent)
+    add = lambda buffer: buffer_add(buffer, transition, args.priority_exponent if args.prioritized else None)
     buffer = jax.lax.cond(window.filled == args.n_step, add, lambda buffer: buffer, state.buffer)
     episode_return, episode_length = state.episode_return + env_step.reward, state.episode_length + 1
     state = state._replace(
