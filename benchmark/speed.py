@@ -1,11 +1,12 @@
 """vibe_rl against its peers, side by side in one run, on this machine.
 
     python -m benchmark.speed                        # every comparison (train, wall, seeds, dqn: about
-                                                     # 25 minutes on 2 cores; rnn and td3 add to it)
+                                                     # 25 minutes on 2 cores; rnn, td3, iqn add to it)
     python -m benchmark.speed --only train,dqn --rounds 2
     python -m benchmark.speed --only rnn,td3
     python -m benchmark.speed --only sweep --rounds 3
     python -m benchmark.speed --only td3 --rounds 1 --budget-scale 0.2   # a check that it runs, not a figure
+    python -m benchmark.speed --only iqn
     python -m benchmark.speed --docs                 # + the table into README.md and docs/benchmarks.md
 
 The comparisons (each figure is the best of --rounds processes, the variants interleaved
@@ -41,8 +42,13 @@ round by round; time on an idle machine: another job on the cores shifts every f
          `TD3.train`, each one jit; the runner gets the same td3_jax flags, which it maps onto
          rejax's names and units. benchmark/peers/rejax_td3.py's docstring lists the mapping and
          what still differs (rejax normalises observations, swish, clips gradients, ...).
+  iqn    IQN at rejax's own CartPole-v1 config (1 env, 100k steps, a gradient step of batch 1 per
+         env step from step 1000, N = N' = 64, K = 32, lr 3e-4, a Polyak target at 0.99 per step):
+         iqn_jax's `make_train` (IQN, below) against rejax's `IQN.train`, each one jit; the runner
+         gets the same iqn_jax flags, which it maps onto rejax's names. benchmark/peers/rejax_iqn.py's
+         docstring lists the mapping and what still differs (the networks' widths, swish, ...).
 
---budget-scale F multiplies the training budgets of rnn and td3 (the others ignore it), for a
+--budget-scale F multiplies the training budgets of rnn, td3 and iqn (the others ignore it), for a
 quick check that they run; the figures to report are taken at 1.
 
 The peers run in their own venv (gymnax < 1.0): set VIBE_RL_PEERS_PYTHON and
@@ -108,6 +114,28 @@ TD3: dict[str, Any] = {
     "noise_clip": 0.25,  # rejax: target_noise_clip 0.5
     "hidden_size": 64,  # rejax: 64-64, fixed in its TD3.create_agent
 }
+# rejax 0.1.3's CartPole-v1 IQN config (configs/gymnax/cartpole.yaml) as iqn_jax's Args fields.
+# benchmark/peers/rejax_iqn.py.
+IQN: dict[str, Any] = {
+    "total_timesteps": 100_000,
+    "num_envs": 1,
+    "buffer_size": 100_000,
+    "learning_starts": 1_000,  # rejax: fill_buffer
+    "batch_size": 1,
+    "train_frequency": 1,  # rejax: num_epochs 1, a gradient step per iteration of one env step
+    "num_tau_samples": 64,
+    "num_tau_prime_samples": 64,
+    "num_quantile_samples": 32,  # rejax: fixed in its network's q
+    "quantile_embedding_dim": 64,  # rejax: its last hidden width (64)
+    "learning_rate": 3e-4,
+    "target_network_frequency": 1,  # rejax: target_update_freq
+    "target_update_rate": 0.01,  # rejax: polyak 0.99
+    "kappa": 1.0,
+    "start_e": 1.0,
+    "end_e": 0.01,
+    "exploration_fraction": 0.5,
+    "gamma": 0.99,
+}
 # The fields each peer runner takes as flags (the rest it fixes: see its docstring).
 # (purejaxrl_ppo_rnn.py: ANNEAL_LR on, and the value clipping, advantage normalisation and GRU width
 # of ppo_rnn.py's code; rejax_td3.py: the 64-64 networks of rejax's TD3.create_agent.)
@@ -115,6 +143,8 @@ RNN_PEER_FLAGS = tuple(
     name for name in RNN if name not in ("anneal_lr", "clip_vloss", "norm_adv", "hidden_size")
 )
 TD3_PEER_FLAGS = tuple(name for name in TD3 if name != "hidden_size")
+IQN_FIXED_BY_REJAX = ("train_frequency", "num_quantile_samples", "quantile_embedding_dim")
+IQN_PEER_FLAGS = tuple(name for name in IQN if name not in IQN_FIXED_BY_REJAX)
 
 
 def run(command: list[str], timeout: float = 1800) -> dict[str, Any]:
@@ -296,6 +326,14 @@ def compare_td3(rounds: int, scale: float) -> dict[str, Any]:
     return interleave(variants, rounds, "td3")
 
 
+def compare_iqn(rounds: int, scale: float) -> dict[str, Any]:
+    settings = scaled(IQN, scale)
+    variants = {"vibe_rl": inprocess("iqn_jax", *set_items(settings))}
+    if peers_python():
+        variants["rejax"] = peer("rejax_iqn.py", "--repeats", "2", *flags(settings, IQN_PEER_FLAGS))
+    return interleave(variants, rounds, "iqn")
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "–"
 
@@ -357,6 +395,7 @@ def table(results: dict[str, Any]) -> str:
     for name, peer, what in (
         ("rnn", "PureJaxRL", "PPO-GRU training, PureJaxRL ppo_rnn.py's CartPole config, one jit"),
         ("td3", "rejax", "TD3 training, rejax's Pendulum-v1 config, one jit"),
+        ("iqn", "rejax", "IQN training, rejax's CartPole-v1 config, one jit"),
     ):
         if name in results and peer in results[name]:
             ours, theirs = (results[name][variant]["train_s"] for variant in ("vibe_rl", peer))
@@ -382,14 +421,14 @@ def write_docs(block: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--only", default="train,wall,seeds,sweep,dqn,rnn,td3", help="comma-separated comparisons"
+        "--only", default="train,wall,seeds,sweep,dqn,rnn,td3,iqn", help="comma-separated comparisons"
     )
     parser.add_argument("--rounds", type=int, default=3, help="processes per variant, interleaved")
     parser.add_argument(
         "--budget-scale",
         type=float,
         default=1.0,
-        help="multiply the training budgets of rnn and td3 (a quick check that they run; report at 1)",
+        help="multiply the training budgets of rnn, td3 and iqn (a quick check that they run; report at 1)",
     )
     parser.add_argument("--out", type=Path, default=None, help="default benchmark/out/speed-{time}")
     parser.add_argument(
@@ -411,6 +450,7 @@ def main() -> None:
             ("dqn", lambda: compare_dqn(cli.rounds)),
             ("rnn", lambda: compare_rnn(cli.rounds, cli.budget_scale)),
             ("td3", lambda: compare_td3(cli.rounds, cli.budget_scale)),
+            ("iqn", lambda: compare_iqn(cli.rounds, cli.budget_scale)),
         ):
             if name in only:
                 print(f"{name}:")

@@ -32,6 +32,8 @@ SCRIPTS = (
     "ppo_multigpu",
     "dqn_jax",
     "c51_jax",
+    "iqn_jax",
+    "rainbow_jax",
     "pqn_jax",
     "sac_jax",
     "td3_jax",
@@ -118,6 +120,15 @@ REFUSED: dict[str, dict[str, set[str]]] = {
     "dqn_jax": REPLAY | dict(tau=OPEN_UNIT),
     "c51_jax": REPLAY
     | dict(n_atoms=EVERY, v_min={HUGE, NAN}, v_max={NAN}),  # huge atoms: not distinct float32 numbers
+    "iqn_jax": REPLAY
+    | dict(
+        target_update_rate=OPEN_UNIT, kappa=POSITIVE, num_tau_samples=COUNT_IN_RUN
+    )  # huge: the loss's pairs
+    | dict(num_tau_prime_samples=COUNT_IN_RUN, num_quantile_samples=COUNT_IN_RUN)  # the pairs; the choice's
+    | dict(quantile_embedding_dim=COUNT_IN_RUN),  # huge: its embedding layer exceeds the memory
+    "rainbow_jax": REPLAY
+    | dict(n_atoms=EVERY, v_min={HUGE, NAN}, v_max={NAN}, n_step=COUNT_IN_RUN)  # huge: its window's memory
+    | dict(priority_exponent=NONNEG, importance_exponent=UNIT, noisy_std=POSITIVE, adam_eps=NONNEG),
     "pqn_jax": dict(
         total_timesteps=COUNT,
         learning_rate=POSITIVE,
@@ -290,6 +301,27 @@ for name in ("dqn_jax", "c51_jax"):  # buffer 10,000, learning after env step 10
             "--target-network-frequency 12000 leaves no target update",
         ),
     ]
+EXTRA_CASES += [  # IQN: a gradient step's B x N x N' pairs and B x K quantiles, each below 2^31
+    ("iqn_jax", ["--num-tau-samples", "4096", "--num-tau-prime-samples", "4095"], None),
+    (
+        "iqn_jax",
+        ["--num-tau-samples", "4096", "--num-tau-prime-samples", "4096"],
+        "--batch-size 128 x --num-tau",
+    ),
+    ("iqn_jax", ["--num-quantile-samples", str(2**24 - 1)], None),
+    ("iqn_jax", ["--num-quantile-samples", str(2**24)], "--batch-size 128 x --num-quantile-samples 16777216"),
+    (
+        "iqn_jax",
+        ["--qr-dqn", "--num-tau-samples", "4096", "--num-tau-prime-samples", "1"],
+        "--batch-size 128 x",
+    ),
+    ("iqn_jax", ["--exploration-fraction", "1", "--target-update-rate", "1", "--kappa", "1e-6"], None),
+    (
+        "iqn_jax",
+        ["--batch-size", "10001"],
+        "--batch-size 10001 exceeds the 10,000 transitions of the replay buffer",
+    ),
+]
 for name in ("sac_jax", "td3_jax"):  # buffer 100,000, 50,000 steps, learning from step 5,000
     frequencies = ["--policy-frequency"] + (["--target-network-frequency"] if name == "sac_jax" else [])
     update = {"--policy-frequency": "actor update", "--target-network-frequency": "target update"}
