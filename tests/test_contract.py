@@ -168,6 +168,87 @@ SCRIPTS = {
         ],
         budgets=replay_budget,
     ),
+    "rainbow_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            learning_starts=200,
+            train_frequency=4,
+            target_network_frequency=40,
+            buffer_size=512,
+            batch_size=32,
+            n_atoms=11,
+            v_min=-10,
+            v_max=10,
+            log_frequency=100,
+            total_timesteps=1200,
+            num_chunks=12,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1: Rainbow needs discrete actions, not Box; "
+                "use vibe_rl/sac_jax.py or vibe_rl/td3_jax.py",
+            ),
+            (flags(v_min=10, v_max=-10), "--v-min 10.0 must be below --v-max -10.0"),
+            (flags(n_step=0), "--n-step must be a positive integer, got 0"),
+            (flags(noisy_std=0), "--noisy-std must be positive, got 0.0"),
+            (flags(importance_exponent=2), "--importance-exponent must lie in [0, 1], got 2.0"),
+            (flags(priority_exponent=-1), "--priority-exponent must be >= 0, got -1.0"),
+            (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
+            NO_GRADIENT_STEP,
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
+        ],
+        budgets=replay_budget,
+    ),
+    "iqn_jax": Contract(
+        env_id="CartPole-v1",
+        run=flags(
+            num_envs=4,
+            learning_starts=200,
+            train_frequency=4,
+            target_network_frequency=40,
+            buffer_size=500,
+            batch_size=32,
+            num_tau_samples=8,
+            num_tau_prime_samples=8,
+            num_quantile_samples=4,
+            quantile_embedding_dim=16,
+            log_frequency=100,
+            total_timesteps=1200,
+            num_chunks=12,
+            eval_episodes=4,
+        ),
+        non_finite=flags(learning_rate=1e38),
+        stop_signal=signal.SIGTERM,
+        bad_inputs=[
+            (
+                flags(env_id="Pendulum-v1"),
+                "--env-id Pendulum-v1: IQN needs discrete actions, not Box; "
+                "use vibe_rl/sac_jax.py or vibe_rl/td3_jax.py",
+            ),
+            (
+                flags(env_id="Pendulum-v1") + ["--qr-dqn"],
+                "--env-id Pendulum-v1: QR-DQN needs discrete actions, not Box",
+            ),
+            (flags(kappa=0), "--kappa must be positive, got 0.0"),
+            (flags(num_tau_samples=0), "--num-tau-samples must be a positive integer, got 0"),
+            (
+                flags(num_tau_samples=4096, num_tau_prime_samples=4096),
+                "--batch-size 128 x --num-tau-samples 4096 x --num-tau-prime-samples 4096 = 2,147,483,648",
+            ),
+            (flags(target_update_rate=0), "--target-update-rate must lie in (0, 1], got 0.0"),
+            (flags(buffer_size=-1), "--buffer-size must be a positive integer, got -1"),
+            NO_GRADIENT_STEP,
+            (flags(network="cnn"), "--network cnn needs image observations, not (4,)"),
+            (flags(num_envs=4), "--train-frequency 10 must be a multiple of --num-envs 4"),
+        ],
+        budgets=replay_budget,
+    ),
     "sac_jax": Contract(
         env_id="Pendulum-v1",
         # short, and learning starts late (10 gradient steps): seeds sharded over 1 and 2
@@ -510,7 +591,9 @@ def seed_dirs(output_dir: Path) -> list[Path]:
     return sorted((p for p in output_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name.split("__")[-2]))
 
 
-@pytest.mark.parametrize("script", ["ppo_jax_scan", "dqn_jax"])  # the harness's; dqn_jax: a replay buffer
+@pytest.mark.parametrize(
+    "script", ["ppo_jax_scan", pytest.param("dqn_jax", marks=pytest.mark.slow)]
+)  # the harness's; dqn_jax (-m slow): a replay buffer
 def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_the_same(script, tmp_path):
     """Three seeds sharded over 2 CPU devices (padded to 4 slots), with every output on:
     TensorBoard, metrics.jsonl, the plot, eval.json, the checkpoints, the model (which

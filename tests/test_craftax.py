@@ -195,13 +195,33 @@ TINY = {
     ],  # fmt: skip
     "dqn_jax": REPLAY,
     "c51_jax": [*REPLAY, "--n-atoms", "11", "--v-min", "-10", "--v-max", "10"],
+    "rainbow_jax": [*REPLAY, "--n-atoms", "11", "--v-min", "-10", "--v-max", "10"],
+    "iqn_jax": [
+        *REPLAY,
+        "--num-tau-samples",
+        "8",
+        "--num-tau-prime-samples",
+        "8",
+        "--num-quantile-samples",
+        "4",
+    ],
 }
 
 
-# Each flow compiles a Craftax program or two (20-60 s on 2 cores): the default run checks ppo_jax_scan
-# (the suite's flow through the harness, once); `pytest -m slow` each other discrete script, and a video.
-SLOW = ("dqn_jax", "ppo_rnn_jax", "ppo_multigpu", "pqn_jax", "c51_jax", "two seeds and a video")
-FLOWS = ["ppo_jax_scan", *(pytest.param(name, marks=pytest.mark.slow) for name in SLOW)]
+# Each flow compiles a Craftax program or two (20-60 s on 2 cores), so all run under `pytest -m slow`: each
+# discrete script, and a video. The default run checks Craftax's pool and time limits (below) and the quick
+# benchmark trains ppo_jax_scan on Craftax-Classic through the command line.
+SLOW = (
+    "dqn_jax",
+    "ppo_rnn_jax",
+    "ppo_multigpu",
+    "pqn_jax",
+    "c51_jax",
+    "rainbow_jax",
+    "iqn_jax",
+    "two seeds and a video",
+)
+FLOWS = [pytest.param(name, marks=pytest.mark.slow) for name in ("ppo_jax_scan", *SLOW)]
 
 
 @pytest.mark.parametrize("flow", FLOWS)

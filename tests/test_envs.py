@@ -42,6 +42,7 @@ def test_step_envs_is_gymnax_env_step(env_id):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # 40 s: a Brax program compiled; the truncation test below stays in the default run
 def test_brax_hopper_falls_over_as_a_termination_with_its_final_observation():
     """Zero torques: the hopper falls and is unhealthy, a termination (not a truncation). The
     final observation is the fallen hopper's, the next one a fresh start."""
@@ -75,6 +76,7 @@ def test_brax_time_limit_is_a_truncation_with_its_final_observation():
     assert int(steps.state.time[999, 0]) == 0 and int(steps.state.time[1000, 0]) == 1
 
 
+@pytest.mark.slow  # 40 s: a Brax hopper compiled; the time limit test above stays in the default run
 def test_a_truncated_hopper_is_bootstrapped_and_a_fallen_one_is_not():
     """PPO's GAE (lambda 0: advantage = TD error) on hopper steps: at a time-limit end (a 30-step
     limit: the hopper is still healthy) it adds gamma * V(the true final observation); at an
@@ -118,6 +120,7 @@ def test_unknown_brax_task_and_missing_brax_are_refused_in_one_line(monkeypatch)
         h.make_env("brax/hopper")
 
 
+@pytest.mark.slow  # 16 s; a resume is bitwise for every script in test_contract.py, on gymnax
 def test_a_sac_run_on_brax_stopped_after_a_chunk_and_resumed_ends_bitwise_the_same(tmp_path):
     """SAC on brax/inverted_pendulum (--normalize-obs), 3 chunks as the CLI compiles them: stopped
     after the first, its checkpoint written and read back by the harness, and continued, it ends

@@ -337,6 +337,7 @@ def start_two_processes(*flags: str) -> list[subprocess.Popen]:
     return processes
 
 
+@pytest.mark.slow  # 35 s: three processes, each compiling for a mesh
 def test_two_processes_stopped_and_resumed_match_one_process_with_four_devices(tmp_path):
     """Two processes x 2 CPU devices, stopped by a SIGINT to process 0 after the first chunk and
     resumed, against one process with 4 devices run straight through."""

@@ -130,11 +130,20 @@ def test_new_transitions_enter_at_the_largest_priority():
 
 
 def one_gradient_step(**flags):
-    """(setup, the state after 150 steps, the gradient step's (state, loss, q) on it)."""
-    setup = rainbow.build_setup(tiny_args(**flags))
-    state = rainbow.init_state(setup, jax.random.PRNGKey(0))
-    state, _ = jax.lax.scan(functools.partial(rainbow.step, setup), state, jnp.arange(24))  # 96 env steps
-    return setup, state, rainbow.gradient_step(setup, state, jax.random.PRNGKey(1), jnp.int32(100))
+    """(setup, the state after 96 env steps, the gradient step's (state, loss, q) on it)."""
+    return compiled_gradient_step(tuple(sorted(flags.items())))
+
+
+@functools.cache  # several tests take the same flags' step: compiled once per worker
+def compiled_gradient_step(flags: tuple) -> tuple:
+    setup = rainbow.build_setup(tiny_args(**dict(flags)))
+
+    def run(key):
+        state = rainbow.init_state(setup, key)
+        state, _ = jax.lax.scan(functools.partial(rainbow.step, setup), state, jnp.arange(24))  # 96 env steps
+        return state, rainbow.gradient_step(setup, state, jax.random.PRNGKey(1), jnp.int32(100))
+
+    return setup, *jax.jit(run)(jax.random.PRNGKey(0))
 
 
 def test_no_distributional_takes_the_huber_loss_of_q():
@@ -228,6 +237,7 @@ TINY_RUN = [
 ]
 
 
+@pytest.mark.slow  # 40 s: three processes; the default run resumes a checkpoint bitwise (test_contract.py)
 def test_sigterm_then_resume_is_bitwise_with_non_uniform_priorities(tmp_path):
     """From the command line: SIGTERM after the first chunks, --resume, and the state (buffer, sum tree,
     window, networks) ends as the uninterrupted run's; the priorities it carries are not all alike."""

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from _helpers import ROOT, load_file, session_cache
 
 sys.path.insert(0, str(ROOT))  # the harness is a package of the repository, not installed
@@ -72,6 +73,7 @@ def test_table_has_the_rnn_and_td3_rows():
     assert "PPO-GRU" not in speed.table({"rnn": {"vibe_rl": variant(3.0, 10.0)}})  # no peer: no row
 
 
+@pytest.mark.slow  # 10 s: two programs compiled and timed
 def test_driver_overhead_prints_the_pieces_and_the_bar_line():
     """benchmark.driver_overhead with one --num-seeds: a table row of the pieces, then the bar's line
     with both numbers (a reduced budget: 2 seeds, 8 PPO iterations, one repeat; no figure is checked)."""
