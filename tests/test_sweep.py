@@ -122,6 +122,7 @@ def test_a_sweeps_run_equals_its_configuration_run_alone(name, tiny, tmp_path):
     assert not tree_equal(read_state(module, other)[1], read_state(module, b)[1])
 
 
+@pytest.mark.slow  # 24 s: two programs, stopped and resumed; a stopped sweep resumes in test_faults (S1, S2)
 def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_exactly(tmp_path):
     """hidden_size (static) x learning_rate (traced): two programs, one ranking of the four configurations.
     The same sweep stopped by SIGTERM in its first program and resumed ends bitwise as the uninterrupted."""
