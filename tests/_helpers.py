@@ -435,3 +435,27 @@ def check_a_normalized_run_saves_its_statistics(module: ModuleType, tmp_path: Pa
     evaluation = json.loads((run_dir / "eval.json").read_text())
     reloaded = module.evaluate_saved_model(run_dir, episodes=4, seed=module.EVAL_SEED)  # the run's keys
     np.testing.assert_allclose(reloaded["returns"], evaluation["returns"], rtol=1e-3)
+
+
+def assert_chunks_equal_one_program(module: ModuleType, args: Any, loss: str = "loss") -> None:
+    """A replay script trained in --num-chunks chunks ends as one make_train program does (its buffer
+    included), to float rounding. args: 5 iterations in chunks of 2, so the last chunk runs one and
+    skips one (its metric `loss` NaN)."""
+    algo = module.make_algorithm(args)
+    assert (algo.num_iterations, *module.plan_chunks(algo.num_iterations, args.num_chunks)) == (5, 2, 3)
+    key = jax.random.PRNGKey(7)
+    final, _ = jax.jit(module.make_train(args))(key)
+    state, metrics = run_in_chunks(module, algo, key, args.num_chunks)
+    assert bool(jnp.isnan(getattr(metrics[-1], loss)[-1]))  # the skipped iteration
+    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def assert_gradient_step_stays_a_branch_under_vmap(module: ModuleType, args: Any) -> None:
+    """The step numbers come from the iteration's index, a scan input that vmap over seeds leaves
+    unbatched: the gradient step and the target update stay lax.cond, not a select of both."""
+    setup = module.build_setup(args)
+    states = jax.vmap(functools.partial(module.init_state, setup))(jax.random.split(jax.random.PRNGKey(0), 2))
+    vmapped = jax.vmap(functools.partial(module.iteration, setup), in_axes=(0, None))
+    jaxpr = str(jax.make_jaxpr(vmapped)(states, jnp.int32(0)))
+    assert jaxpr.count("cond[") >= 2, "the gradient step became a select under vmap"

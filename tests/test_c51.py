@@ -12,7 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import NO_LEARNING, ConstantRewardProbe, CountingProbe, probe_spec, run_in_chunks, tree_equal
+from _helpers import (
+    NO_LEARNING,
+    ConstantRewardProbe,
+    CountingProbe,
+    assert_chunks_equal_one_program,
+    assert_gradient_step_stays_a_branch_under_vmap,
+    probe_spec,
+    tree_equal,
+)
 
 from vibe_rl import c51_jax as c51, rainbow_jax as rainbow
 
@@ -263,25 +271,11 @@ def test_smoke_run_takes_gradient_steps_that_lower_the_loss_of_a_batch():
 
 
 def test_gradient_step_stays_a_branch_under_vmap():
-    setup = c51.build_setup(tiny_args())
-    states = jax.vmap(functools.partial(c51.init_state, setup))(jax.random.split(jax.random.PRNGKey(0), 2))
-    vmapped = jax.vmap(functools.partial(c51.iteration, setup), in_axes=(0, None))
-    jaxpr = str(jax.make_jaxpr(vmapped)(states, jnp.int32(0)))
-    assert jaxpr.count("cond[") >= 2, "the gradient step became a select under vmap"
+    assert_gradient_step_stays_a_branch_under_vmap(c51, tiny_args())
 
 
 def test_chunked_run_equals_single_program():
-    # 5 iterations in chunks of 2: the last chunk runs one and skips one
-    args = tiny_args(total_timesteps=500, num_chunks=3)
-    algo = c51.make_algorithm(args)
-    iterations_per_chunk, num_chunks = c51.plan_chunks(algo.num_iterations, args.num_chunks)
-    assert (algo.num_iterations, iterations_per_chunk, num_chunks) == (5, 2, 3)
-    key = jax.random.PRNGKey(7)
-    final, _ = jax.jit(c51.make_train(args))(key)
-    state, metrics = run_in_chunks(c51, algo, key, args.num_chunks)
-    assert bool(jnp.isnan(metrics[-1].loss[-1]))  # the skipped iteration
-    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):  # buffer included
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_chunks_equal_one_program(c51, tiny_args(total_timesteps=500, num_chunks=3))
 
 
 # --- flags ---------------------------------------------------------------------------------

@@ -11,7 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import NO_LEARNING, ConstantRewardProbe, CountingProbe, run_in_chunks, tree_equal
+from _helpers import (
+    NO_LEARNING,
+    ConstantRewardProbe,
+    CountingProbe,
+    assert_gradient_step_stays_a_branch_under_vmap,
+    run_in_chunks,
+    tree_equal,
+)
 
 from vibe_rl import dqn_jax as dqn
 
@@ -238,13 +245,7 @@ def test_train_shapes_under_jit_and_vmap(env_id, cnn):
 
 
 def test_gradient_step_stays_a_branch_under_vmap():
-    """The step numbers come from the iteration's index, a scan input that vmap over seeds leaves
-    unbatched: the gradient step and the target update stay lax.cond, not a select of both."""
-    setup = dqn.build_setup(tiny_args())
-    states = jax.vmap(functools.partial(dqn.init_state, setup))(jax.random.split(jax.random.PRNGKey(0), 2))
-    vmapped = jax.vmap(functools.partial(dqn.iteration, setup), in_axes=(0, None))
-    jaxpr = str(jax.make_jaxpr(vmapped)(states, jnp.int32(0)))
-    assert jaxpr.count("cond[") >= 2, "the gradient step became a select under vmap"
+    assert_gradient_step_stays_a_branch_under_vmap(dqn, tiny_args())
 
 
 def test_chunked_run_equals_single_program():

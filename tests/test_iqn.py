@@ -20,8 +20,9 @@ from _helpers import (
     CountingProbe,
     ProbeParams,
     ProbeState,
+    assert_chunks_equal_one_program,
+    assert_gradient_step_stays_a_branch_under_vmap,
     probe_spec,
-    run_in_chunks,
     train_setup,
     tree_equal,
 )
@@ -360,25 +361,11 @@ def test_train_shapes_under_jit_and_vmap(env_id, cnn, qr_dqn):
 
 
 def test_gradient_step_stays_a_branch_under_vmap():
-    setup = iqn.build_setup(tiny_args())
-    states = jax.vmap(functools.partial(iqn.init_state, setup))(jax.random.split(jax.random.PRNGKey(0), 2))
-    vmapped = jax.vmap(functools.partial(iqn.iteration, setup), in_axes=(0, None))
-    jaxpr = str(jax.make_jaxpr(vmapped)(states, jnp.int32(0)))
-    assert jaxpr.count("cond[") >= 2, "the gradient step became a select under vmap"
+    assert_gradient_step_stays_a_branch_under_vmap(iqn, tiny_args())
 
 
 def test_chunked_run_equals_single_program():
-    # 5 iterations in chunks of 2: the last chunk runs one and skips one
-    args = tiny_args(total_timesteps=500, num_chunks=3)
-    algo = iqn.make_algorithm(args)
-    iterations_per_chunk, num_chunks = iqn.plan_chunks(algo.num_iterations, args.num_chunks)
-    assert (algo.num_iterations, iterations_per_chunk, num_chunks) == (5, 2, 3)
-    key = jax.random.PRNGKey(7)
-    final, _ = jax.jit(iqn.make_train(args))(key)
-    state, metrics = run_in_chunks(iqn, algo, key, args.num_chunks)
-    assert bool(jnp.isnan(metrics[-1].loss[-1]))  # the skipped iteration
-    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(state), strict=True):  # buffer included
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_chunks_equal_one_program(iqn, tiny_args(total_timesteps=500, num_chunks=3))
 
 
 # --- flags ---------------------------------------------------------------------------------
