@@ -7,7 +7,7 @@ fraction of it.
     python -m benchmark.ceiling --env-id CartPole-v1 --num-envs 4
 
 A Craftax id without --resets steps Craftax's own env (NoAutoReset), never reset: any of its four
-envs, the pixel ones too (docs/benchmarks.md, Craftax's pixel observations).
+envs, the pixel ones too (docs/harness.md, Craftax's pixel observations).
 
     python -m benchmark.ceiling --env-id craftax/Craftax-Pixels-v1 --num-envs 256 --num-steps 200
 

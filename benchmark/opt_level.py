@@ -9,7 +9,8 @@ Every (round, level) is one process: it builds the run as the script's command l
 None, XLA's default), compiles the chunk with the harness's own compile_chunk and no
 compilation cache, then times every chunk of the run called back to back (best of 3; no
 logging). The levels alternate round by round. The PPO scripts compile their chunk at level
-1, the others at XLA's default; docs/benchmarks.md has the figures that decided it.
+1, the others at XLA's default; docs/harness.md ("What the harness does for speed") has the figures
+that decided it.
 """
 
 from __future__ import annotations

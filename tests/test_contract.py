@@ -888,7 +888,7 @@ def test_each_program_compiles_at_its_xla_level_on_a_cpu(name, chunk_level, tmp_
 
 def test_a_lone_seed_runs_unbatched_and_keeps_its_seed_axis(monkeypatch):
     """One seed's program is per_seed on the inputs' only row, not a vmap of it (a batch of one trains
-    6-8% slower on XLA CPU: docs/benchmarks.md); unbatched inputs pass as they are. Two seeds vmap (with
+    6-8% slower on XLA CPU: docs/harness.md); unbatched inputs pass as they are. Two seeds vmap (with
     no mesh, or two to a device; one run per device is test_sweep's bitwise check)."""
     module, vmapped = load_script("ppo_jax_scan"), []
     vmap = jax.vmap

@@ -2,7 +2,7 @@
 truncated and final observation, the pool of fresh worlds the episodes start from, the score in the
 logs, and every discrete script training on Craftax-Classic from the command line and resuming
 exactly. Budgets are tiny (hundreds of env steps): these check the plumbing, not the learning
-(docs/results.md has the Craftax-1M runs)."""
+(docs/ppo_jax_scan.md has the Craftax-1M runs)."""
 
 from __future__ import annotations
 

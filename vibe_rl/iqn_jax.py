@@ -118,7 +118,7 @@ class Torso(nn.Module):
         x = obs.astype(jnp.float32)
         if self.cnn:  # x [..., height, width, channels]
             # Conv3x3 (below the banner) is nn.Conv(16, (3, 3), padding="VALID") computed as im2col, there
-            # only for speed on XLA CPU: docs/benchmarks.md, "What the harness does for speed", measures it
+            # only for speed on XLA CPU: docs/harness.md, "What the harness does for speed", measures it
             x = nn.relu(Conv3x3(16)(x))  # [..., height - 2, width - 2, 16]
             return nn.relu(nn.Dense(128)(x.reshape(*x.shape[:-3], -1)))  # [..., 128]
         x = x.reshape(*x.shape[: x.ndim - self.obs_rank], -1)  # [..., obs_dim]
@@ -857,7 +857,7 @@ class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
 
 
 def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md)."""
+    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/harness.md, Resets)."""
     out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
     return EnvStep(*out[:5], out[5]["final_observation"])
 
@@ -1062,7 +1062,7 @@ def brax_suite(name: str) -> EnvSpec:
     return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
 
 
-# Craftax: a reset generates a world, far dearer than a step (docs/benchmarks.md, Craftax), so episodes start
+# Craftax: a reset generates a world, far dearer than a step (docs/harness.md, Craftax), so episodes start
 # from a pool of fresh worlds generated ahead, in batches: each start serves one episode.
 class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts their next episodes take
     env: Any  # [N] the running episodes' states
@@ -1076,7 +1076,7 @@ class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts th
 
 
 POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
-# steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
+# steps or more on average (Craftax-Classic's random policy's last about 190; docs/harness.md, Craftax)
 CRAFTAX_TAGS = ("craftax/achievements", "craftax/score_percent", "craftax/dry_starts")
 CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
 CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line

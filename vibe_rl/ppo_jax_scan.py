@@ -123,7 +123,7 @@ def torso(obs: jax.Array, obs_shape: tuple[int, ...], width: int, network: str) 
     # 3x3 convolution with 16 channels (valid padding), then a dense layer of `width`; ReLU.
     image = obs.reshape(*obs.shape[:-1], *obs_shape)  # [..., height, width, channels]
     # Conv3x3 is nn.Conv computed as im2col, only for speed: 8.7x faster on XLA CPU
-    # (docs/benchmarks.md, "What the harness does for speed")
+    # (docs/harness.md, "What the harness does for speed")
     x = nn.relu(Conv3x3(16, orthogonal(np.sqrt(2)))(image))  # [..., height-2, width-2, 16]
     return nn.relu(dense(width, np.sqrt(2))(x.reshape(*x.shape[:-3], -1)))
 
@@ -663,7 +663,7 @@ def make_algorithm(args: Args) -> Algorithm:
         metrics=Metrics,
         model=lambda state: SavedModel(state.params, state.obs_rms),
         act=functools.partial(greedy_action, setup),
-        # XLA level 1 for its chunk on a CPU, for speed: docs/benchmarks.md measures it ("What the
+        # XLA level 1 for its chunk on a CPU, for speed: docs/harness.md measures it ("What the
         # harness does for speed")
         chunk_cpu_opt_level=1,
     )
@@ -918,7 +918,7 @@ class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
 
 
 def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md)."""
+    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/harness.md, Resets)."""
     out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
     return EnvStep(*out[:5], out[5]["final_observation"])
 
@@ -1123,7 +1123,7 @@ def brax_suite(name: str) -> EnvSpec:
     return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
 
 
-# Craftax: a reset generates a world, far dearer than a step (docs/benchmarks.md, Craftax), so episodes start
+# Craftax: a reset generates a world, far dearer than a step (docs/harness.md, Craftax), so episodes start
 # from a pool of fresh worlds generated ahead, in batches: each start serves one episode.
 class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts their next episodes take
     env: Any  # [N] the running episodes' states
@@ -1137,7 +1137,7 @@ class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts th
 
 
 POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
-# steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
+# steps or more on average (Craftax-Classic's random policy's last about 190; docs/harness.md, Craftax)
 CRAFTAX_TAGS = ("craftax/achievements", "craftax/score_percent", "craftax/dry_starts")
 CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
 CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line

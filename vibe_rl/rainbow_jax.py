@@ -972,7 +972,7 @@ class EnvStep(NamedTuple):  # N envs' step, as gymnax's env.step returns it
 
 
 def reset_every_step(spec: EnvSpec, keys: jax.Array, state: Any, action: jax.Array) -> EnvStep:
-    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/benchmarks.md)."""
+    """gymnax's step of N envs, each reset afresh where it ended (its cost: docs/harness.md, Resets)."""
     out = jax.vmap(spec.env.step, in_axes=(0, 0, 0, None))(keys, state, action, spec.params)
     return EnvStep(*out[:5], out[5]["final_observation"])
 
@@ -1177,7 +1177,7 @@ def brax_suite(name: str) -> EnvSpec:
     return env_spec(BraxEnv(), params, render=functools.partial(draw_brax, raw.sys))
 
 
-# Craftax: a reset generates a world, far dearer than a step (docs/benchmarks.md, Craftax), so episodes start
+# Craftax: a reset generates a world, far dearer than a step (docs/harness.md, Craftax), so episodes start
 # from a pool of fresh worlds generated ahead, in batches: each start serves one episode.
 class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts their next episodes take
     env: Any  # [N] the running episodes' states
@@ -1191,7 +1191,7 @@ class Pooled(NamedTuple):  # N envs' running episodes, and the pool of starts th
 
 
 POOL_REFILL_EVERY = 16  # steps between refills of N/8 starts: N/128 a step, which outlasts episodes of 128
-# steps or more on average (Craftax-Classic's random policy's last about 190; docs/benchmarks.md, Craftax)
+# steps or more on average (Craftax-Classic's random policy's last about 190; docs/harness.md, Craftax)
 CRAFTAX_TAGS = ("craftax/achievements", "craftax/score_percent", "craftax/dry_starts")
 CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Classic-Symbolic-v1")
 CRAFTAX_PIXEL_IDS = ("Craftax-Pixels-v1", "Craftax-Classic-Pixels-v1")  # refused in one line
