@@ -5,8 +5,10 @@
     python -m benchmark --full                   the whole suite at full budget (hours on a CPU)
     python -m benchmark --full --algos ppo --envs CartPole-v1 --seeds 2 --out bench
     python -m benchmark --quick --peers          + rejax and Stable-Baselines3, when installed
-    python -m benchmark --full --results-doc     + write docs/results.md, the page to cite
-    python -m benchmark --from-results OUT/results.json --results-doc   the same from a saved run
+    python -m benchmark --full --record          + keep each entry's seeds and curves in docs/results/,
+                                                 and regenerate docs/results.md, the page to cite
+    python -m benchmark --results-doc [--check]  docs/results.md from docs/results/ alone
+    python -m benchmark --from-results OUT/results.json --record   the same from a saved run
     python -m benchmark --quick --eval-points 0  no evaluation curves (for throughput figures)
 
 The suite (scripts, envs, flags, budgets, thresholds) is benchmark/suite.toml. Each entry
@@ -25,10 +27,11 @@ imported from the scripts. Writes to --out:
                      score exceeds tau
     runs/            the scripts' run directories
 
---docs writes the table into docs/benchmarks.md; --results-doc writes docs/results.md, a
-reference page (definitions, command, date, one table per script, the aggregates, the plots
-copied into docs/img/). --from-results PATH runs nothing: it re-aggregates a saved
-results.json (every seed's raw scores and curves are in it) and writes the same outputs.
+--docs writes the table into docs/benchmarks.md. --record writes each full-preset entry that ran
+to docs/results/ (benchmark/results.py: its command, commit, machine, every seed's score and
+curves) and regenerates docs/results.md from that folder. --from-results PATH runs nothing: it
+re-aggregates a saved results.json (every seed's raw scores and curves are in it) and writes the
+same outputs. `python -m benchmark.compare RUN_DIR` sets a run of yours beside an entry's seeds.
 `python -m benchmark.export RUN_DIRS` writes the runs' training curves as a CSV;
 `python -m benchmark.random_policy ENV_IDS` measures suite.toml's [random].
 
@@ -64,7 +67,6 @@ Definitions:
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime
 import importlib.util
 import json
@@ -307,9 +309,13 @@ def median_sps(run_dir: Path) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def num_envs_of(run_dir: Path) -> int | None:
+def read_args(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "args.json"
-    return json.loads(path.read_text()).get("num_envs") if path.is_file() else None
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def num_envs_of(run_dir: Path) -> int | None:
+    return read_args(run_dir).get("num_envs")
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -347,14 +353,18 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     """Run one entry, read it back, and judge it against its threshold."""
     tag = f"{Path(entry.script).stem}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
     tag += f"__{entry.variant}" if entry.variant else ""
+    from benchmark.results import algorithm_fingerprint  # benchmark/results.py imports this module
+
     flags = entry_flags(entry)
+    fingerprint = algorithm_fingerprint(ROOT / entry.script) if (ROOT / entry.script).is_file() else None
     outcome = launch(
         ROOT / entry.script, flags, out / "runs" / tag, entry.timeout, out / "logs" / f"{tag}.log"
     )
-    evals = read_evals(outcome.run_dirs)
+    scored = [d for d in outcome.run_dirs if (d / "eval.json").is_file()]  # a seed's directory, finished
+    evals = read_evals(scored)
     seed_means = [e["mean"] for e in evals]
     if entry.score == "training":
-        seed_means = [training_score(d) for d in outcome.run_dirs if (d / "eval.json").is_file()]
+        seed_means = [training_score(d) for d in scored]
     mean, std = mean_std(seed_means)
     score = iqm(seed_means) if seed_means else None
     status, note = outcome.status, outcome.note
@@ -390,6 +400,11 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         "env_steps_per_s": sps,
         "num_envs": num_envs_of(outcome.run_dirs[0]) if outcome.run_dirs else None,
         "curves": [learning_curve(d) for d in outcome.run_dirs],
+        "run_seeds": [read_args(d).get("run_seed", i) for i, d in enumerate(scored, 1)],
+        "algorithm_args": read_args(scored[0])
+        if scored
+        else {},  # benchmark/results.py keeps the algorithm's
+        "algorithm_fingerprint": fingerprint,
         "run_dirs": [str(d) for d in outcome.run_dirs],
     }
     iqm_ci = ci_text(score, result["iqm_ci95"])
@@ -439,6 +454,8 @@ def machine_info() -> dict[str, Any]:
     info = json.loads(probe.stdout) if probe.returncode == 0 else {"jax": None, "device_kind": None}
     return {
         **info,
+        "commit": commit(),
+        "cpu_model": cpu_model(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -449,9 +466,30 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def commit() -> str | None:
+    """The repository's HEAD, "+changes" when the scripts or the suite differ from it; None outside git."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    if head.returncode != 0:
+        return None
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", "vibe_rl", "benchmark/suite.toml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    return head.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo), else None."""
+    cpuinfo = Path("/proc/cpuinfo")
+    found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.M) if cpuinfo.is_file() else None
+    return found.group(1).strip() if found else None
+
+
 def ceiling(env_id: str, num_envs: int) -> float | None:
     """benchmark/ceiling.py's random-action env steps/s, in a subprocess (none for Craftax and Playground:
-    their ceiling is `--resets`'s, minutes on a CPU: docs/benchmarks.md)."""
+    their ceiling is `--resets`'s, minutes on a CPU: docs/harness.md, "Resets: what they cost")."""
     if env_id.startswith(("craftax/", "playground/")):
         return None
     command = [sys.executable, "-m", "benchmark.ceiling", "--env-id", env_id, "--num-envs", str(num_envs)]
@@ -728,6 +766,7 @@ def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Pat
         target = image_dir / f"{key}-{path.name}"
         shutil.copy(path, target)
         images.append(f"![{path.stem}](benchmarks/{target.name})")
+    table = re.sub(r"(?<= )/[^\s`]+", lambda found: Path(found.group(0)).name, table)  # no machine path
     start, end = f"<!-- results:{key} -->", f"<!-- /results:{key} -->"
     block = f"{start}\n{table}\n{' '.join(images)}\n{end}"
     text = docs.read_text() if docs.is_file() else "# Benchmarks\n"
@@ -736,119 +775,6 @@ def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Pat
     else:
         text = text.rstrip("\n") + f"\n\n### {key}\n\n{block}\n"
     docs.write_text(text)
-
-
-RESULTS_INTRO = """\
-# Results
-
-Written by `python -m benchmark --results-doc` (benchmark/run.py, `write_results_doc`) from runs
-of the suite, benchmark/suite.toml (the first run's command and date below; any other run's in
-the notes, `--from-results`): regenerate it, do not edit it by hand.
-Each entry's command, to train it as the suite does: [commands.md](commands.md).
-
-**Measured:** {date} with `{command}` ({preset} preset), on {device_kind} ({backend}, {cpu_count}
-CPU cores, {processor}), jax {jax}, jaxlib {jaxlib}, Python {python}.
-
-## What the numbers are
-
-- **Score** of a run (one seed): its final deterministic (greedy) evaluation, eval.json's
-  `"mean"`: the mean return of `--eval-episodes` episodes (32 unless the entry says otherwise),
-  each played to its end, after `steps` env steps of training. An entry with `score =
-  "training"` (Craftax's) scores its mean training return over its last tenth of logged points.
-- **IQM [95% CI]**: the interquartile mean of the seeds' scores (`scipy.stats.trim_mean(x,
-  0.25)`: sort, drop a quarter at each end; with 3 seeds or fewer it is the mean) and its 95%
-  percentile bootstrap interval (2000 resamples of the seeds, benchmark/stats.py). With few
-  seeds the percentile bootstrap under-covers: read the interval as a lower bound on the
-  uncertainty. All seeds of an entry train together in one vmapped program (`--num-seeds`),
-  seeds 1, 2, 3, ....
-- **Threshold**: the entry's pass mark in benchmark/suite.toml, with its source (a published
-  reference, or a stated margin below one); the entry passes when its IQM reaches it. It is
-  also the **reference** of the normalised score. A threshold written "< x" belongs to a
-  contrast (`below = true`): a script that must fail where another succeeds; it passes when
-  its IQM stays below x, and has no normalised score.
-- **Random**: the return of uniform random actions, suite.toml's `[random]` table (256
-  episodes, `python -m benchmark.random_policy`; the command and date are above the table).
-- **Normalised score**: (score - random) / (threshold - random): a random policy scores 0 and
-  the threshold 1.
-- **Per-script aggregate**: the IQM of the normalised scores of all the script's runs, every
-  env's seeds pooled, with a stratified bootstrap 95% CI (each bootstrap sample resamples the
-  seeds within each env), as Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of
-  the Statistical Precipice", recommend.
-- **Wall s**: the whole process (start-up, compilation, training, evaluations), all seeds.
-- **Env steps/s**: training throughput summed over the seeds: seeds x the median of the run's
-  logged `charts/SPS` (compilation and the final evaluation excluded; the evaluations during
-  training share the device with the chunk in flight and lower it).
-- **Curves**: per env, the mean over seeds and its 95% bootstrap band of the training return
-  (`charts/episodic_return`, solid: the mean return of the episodes that ended in each logged
-  iteration, exploration included) and of the deterministic evaluation every
-  `total_timesteps / eval_points` steps (`eval/episodic_return`, dashed). Each seed's curve is
-  interpolated onto a common grid of steps.
-- **Performance profile**: per script, the fraction of its runs whose normalised score
-  exceeds τ.
-"""
-
-
-def write_results_doc(
-    report: dict[str, Any], plots: list[Path], profile: Path | None, docs: Path = RESULTS_DOC_PATH
-) -> None:
-    """docs/results.md: the reference page of one run of the suite (definitions, command, date,
-    one table per script, the per-script aggregate) and its plots, copied into docs/img/."""
-    image_dir = docs.parent / "img"
-    image_dir.mkdir(parents=True, exist_ok=True)
-    images = {}
-    for path in [*plots, *([profile] if profile else [])]:
-        shutil.copy(path, image_dir / f"results-{path.name}")
-        images[path.name] = f"img/results-{path.name}"
-    machine = collections.defaultdict(lambda: "?", {**report["machine"], "preset": report["preset"]})
-    lines = [RESULTS_INTRO.format_map(machine)]
-    if report.get("notes"):  # what the run's operator noted (--note), e.g. a machine shared for a while
-        lines += ["## Notes on this run", "", *(f"- {note}" for note in report["notes"]), ""]
-    scripts = dict.fromkeys(Path(r["script"]).stem for r in report["entries"])
-    for script in scripts:
-        entries = [r for r in report["entries"] if Path(r["script"]).stem == script]
-        lines += [
-            f"## {script}",
-            "",
-            "| env | steps | seeds | IQM [95% CI] | seeds' scores | random | threshold (reference) | source "
-            "| normalised IQM | result | wall s | env steps/s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in entries:
-            cells = [
-                r["env"] + (f" ({r['variant']})" if r.get("variant") else ""),
-                f"{r['total_timesteps']:,}",
-                r["seeds"],
-                ci_text(r.get("iqm"), r.get("iqm_ci95")),
-                ", ".join(f"{x:.2f}" for x in r.get("seed_eval_means") or []) or "–",
-                fmt(r.get("random_score"), 2),
-                threshold_text(r),
-                r.get("threshold_source") or "–",
-                fmt(r.get("normalised_iqm"), 2),
-                r["status"] + (f": {r['note'][:80]}" if r.get("note") else ""),
-                fmt(r["wall_s"]),
-                fmt(r["env_steps_per_s"], 0),
-            ]
-            lines.append("| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in cells) + " |")
-        curves = [f"curves_{env.replace('/', '-')}.png" for env in dict.fromkeys(r["env"] for r in entries)]
-        links = [
-            f"[{name.removeprefix('curves_').removesuffix('.png')}]({images[name]})"
-            for name in curves
-            if name in images
-        ]
-        lines += ["", f"Curves: {', '.join(links)}." if links else "", ""]
-    lines += ["## Per script, over its envs", ""]
-    if report.get("aggregates"):
-        lines += ["Normalised scores (random 0, threshold 1), all envs' seeds pooled:", ""]
-        lines += [*aggregate_table(report["aggregates"]), ""]
-    else:
-        lines += ["No entry had a random score to normalise by.", ""]
-    if "profile.png" in images:
-        lines += [f"![performance profiles]({images['profile.png']})", ""]
-    lines += ["## Curves", ""]
-    lines += [
-        f"![{name.removesuffix('.png')}]({link})\n" for name, link in images.items() if name != "profile.png"
-    ]
-    docs.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
 # =====================================================================================
@@ -880,9 +806,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--docs", action="store_true", help="write the table and plots into docs/benchmarks.md"
     )
     parser.add_argument(
+        "--record",
+        action="store_true",
+        help="keep each full-preset entry that ran in docs/results/ (its seeds' scores and curves) and "
+        "regenerate docs/results.md",
+    )
+    parser.add_argument(
         "--results-doc",
         action="store_true",
-        help="write docs/results.md: the reference page (IQM and 95%% CI per entry, aggregates, plots)",
+        help="write docs/results.md and its curve images from docs/results/ alone; runs nothing",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --results-doc: write nothing; exit 1 if the page and the data differ",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=ROOT / "docs" / "results",
+        help="the data of --record and --results-doc; the page is written beside it (default docs/results)",
     )
     parser.add_argument(
         "--from-results",
@@ -892,14 +835,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--envs, in one report) and write the tables, plots and docs",
     )
     parser.add_argument(
-        "--note", action="append", default=[], help="a note on the run for docs/results.md (repeatable)"
+        "--note", action="append", default=[], help="a note on the run, kept in its results.json (repeatable)"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.check and not args.results_doc:
+        parser.error("--check checks docs/results.md: use it with --results-doc")
+    if args.results_doc and (args.quick or args.full or args.from_results or args.record):
+        parser.error(
+            "--results-doc writes the page from docs/results/ alone; to add a run's entries, use --record"
+        )
+    if args.record and args.quick:
+        parser.error("--record keeps full-preset runs only (a row is an entry at its full budget)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     split = lambda s: s.split(",") if s else None
+    if args.results_doc:
+        from benchmark.results import write_results_doc
+
+        return write_results_doc(args.results_dir, check=args.check, suite=args.suite)
     if args.from_results:  # the first saved run's report (its machine, command and date) and every entry
         reports = [json.loads(path.read_text()) for path in args.from_results]
         algos, envs = split(args.algos), split(args.envs)
@@ -949,14 +905,19 @@ def write_outputs(report: dict[str, Any], out: Path, args: argparse.Namespace) -
     """The aggregates, plots, results.json/.md and the docs asked for; 1 if any entry failed."""
     report["aggregates"] = aggregates(report["entries"])
     plots = plot_curves(report["entries"], out)
-    profile = plot_profile(report["entries"], out)
+    plot_profile(report["entries"], out)
     table = markdown(report)
     (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "results.md").write_text(table)
     if args.docs:
         update_docs(report, markdown({**report, "aggregates": None}), plots)  # per script: docs/results.md
-    if args.results_doc:
-        write_results_doc(report, plots, profile)
+    if args.record and report["preset"] != "full":
+        print(f"not recorded: a {report['preset']}-preset run (a row is an entry at its full budget)")
+    elif args.record:
+        from benchmark.results import write_records, write_results_doc
+
+        write_records(report, args.results_dir)
+        write_results_doc(args.results_dir, suite=args.suite)
     print(table)
     failed = [f"{r['name']} {r['env']}: {r['status']}" for r in report["entries"] if r["status"] != "pass"]
     print("FAILED: " + "; ".join(failed) if failed else "all checks passed")

@@ -305,66 +305,6 @@ def test_docs_block_is_replaced_not_duplicated(tmp_path):
     assert (tmp_path / "benchmarks" / "quick-cpu-curves_X.png").is_file()
 
 
-def test_results_doc_has_a_table_per_script_the_aggregate_and_the_plots(tmp_path):
-    machine = {"command": "python -m benchmark --full --results-doc", "date": "2026-11-25T10:00:00+00:00"}
-    machine |= {"device_kind": "cpu", "backend": "cpu", "cpu_count": 2, "jax": "0.10.2", "jaxlib": "0.10.2"}
-
-    def entry(script: str, env: str, scores: list[float], random: float, threshold: float) -> dict:
-        normalised = [(x - random) / (threshold - random) for x in scores]
-        return {
-            "script": f"vibe_rl/{script}.py",
-            "env": env,
-            "variant": "",
-            "total_timesteps": 500_000,
-            "seeds": len(scores),
-            "threshold": threshold,
-            "threshold_source": "[gymnasium] solved at 475",
-            "random_score": random,
-            "status": "pass",
-            "note": "",
-            "seed_eval_means": scores,
-            "iqm": bench.iqm(scores),
-            "iqm_ci95": list(bench.stratified_bootstrap_ci([scores])),
-            "normalised_scores": normalised,
-            "normalised_iqm": bench.iqm(normalised),
-            "wall_s": 61.0,
-            "env_steps_per_s": 123456.0,
-        }
-
-    entries = [
-        entry("ppo_jax_scan", "CartPole-v1", [500.0, 490.0, 480.0], 22.84, 475.0),
-        entry("ppo_jax_scan", "Pendulum-v1", [-150.0, -170.0, -160.0], -1193.0, -200.0),
-        entry("dqn_jax", "CartPole-v1", [500.0, 500.0, 500.0], 22.84, 475.0),
-    ]
-    report = {
-        "preset": "full",
-        "machine": machine,
-        "entries": entries,
-        "aggregates": bench.aggregates(entries),
-        "notes": ["the machine was shared with the test suite for a while"],
-    }
-    plots = []
-    for name in ("curves_CartPole-v1.png", "curves_Pendulum-v1.png", "profile.png"):
-        plots.append(tmp_path / name)
-        plots[-1].write_bytes(b"png")
-    docs = tmp_path / "docs" / "results.md"
-    bench.write_results_doc(report, plots[:2], plots[2], docs)
-    text = docs.read_text()
-    assert "python -m benchmark --full --results-doc" in text and "2026-11-25" in text  # command, date
-    assert text.count("\n## ppo_jax_scan\n") == 1 and text.count("\n## dqn_jax\n") == 1
-    assert (
-        "| CartPole-v1 | 500,000 | 3 | 490.00 [480.00, 500.00] | 500.00, 490.00, 480.00 | 22.84 | 475 "
-        "| [gymnasium] solved at 475 |" in text
-    )
-    assert "| dqn_jax | 1 | 3 | 1.06 [1.06, 1.06] |" in text  # (500 - 22.84) / (475 - 22.84), every seed
-    assert "[CartPole-v1](img/results-curves_CartPole-v1.png)" in text
-    assert "![performance profiles](img/results-profile.png)" in text
-    for name in ("curves_CartPole-v1.png", "curves_Pendulum-v1.png", "profile.png"):
-        assert (tmp_path / "docs" / "img" / f"results-{name}").is_file()
-    assert "interquartile mean" in text and "stratified bootstrap" in text  # what the numbers are
-    assert "## Notes on this run\n\n- the machine was shared with the test suite for a while\n" in text
-
-
 def test_harness_runs_as_python_dash_m(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "benchmark", "--help"], cwd=ROOT, capture_output=True, text=True
@@ -439,7 +379,7 @@ def test_rollout_share_times_the_rollout_and_the_whole_iteration():
 @pytest.mark.slow  # 10 s: a Craftax pixel program compiled
 def test_the_ceiling_steps_craftax_pixels_and_uses_their_render():
     # Craftax's own env, never reset; an observation nobody reads would be compiled away, and the
-    # pixel env timed as fast as the symbolic one (docs/benchmarks.md, Craftax's pixel observations)
+    # pixel env timed as fast as the symbolic one (docs/harness.md, Craftax's pixel observations)
     pytest.importorskip("craftax")
     import jax
 

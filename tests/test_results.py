@@ -1,0 +1,300 @@
+"""Results as data (benchmark/results.py) and a user's run compared with them (benchmark/compare.py).
+
+The fast tests use the fake script of test_benchmark.py (no jax) and run directories written by
+hand; the repository's own page is checked against its own data.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from _helpers import ROOT
+from test_benchmark import write_suite
+
+sys.path.insert(0, str(ROOT))
+bench = importlib.import_module("benchmark.run")
+results = importlib.import_module("benchmark.results")
+compare = importlib.import_module("benchmark.compare")
+
+FAKE_ENTRIES = """
+[[entry]]
+script = "FAKE"
+env = "CartPole-v1"
+total_timesteps = 1000
+threshold = 50.0   # [made up] a reference
+flags = { fake-return = 100.0 }
+
+[[entry]]
+script = "FAKE"
+env = "Acrobot-v1"
+total_timesteps = 1000
+threshold = 50.0   # [made up] a reference
+"""
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[Path, Path]:
+    """(the data folder, the suite): the fake suite's CartPole entry run with --full --record."""
+    suite = write_suite(tmp_path, FAKE_ENTRIES)
+    folder = tmp_path / "docs" / "results"
+    flags = ["--suite", str(suite), "--out", str(tmp_path / "out"), "--no-ceiling", "--no-seed-scaling"]
+    flags += ["--full", "--envs", "CartPole-v1", "--seeds", "3", "--record", "--results-dir", str(folder)]
+    assert bench.main(flags) == 0
+    return folder, suite
+
+
+def test_a_recorded_entry_keeps_its_command_machine_seeds_and_curves(recorded):
+    folder, suite = recorded
+    (path,) = folder.glob("*.json")
+    assert path.name == "fake_algo__CartPole-v1.json"
+    record = json.loads(path.read_text())
+    assert (
+        record["command"].startswith("python ")
+        and "--env-id CartPole-v1 --total-timesteps 1000" in record["command"]
+    )
+    assert "--fake-return 100.0" in record["command"] and "--num-seeds 3" in record["command"]
+    assert record["date"][:4] == "2026" or record["date"][:2] == "20"
+    assert record["machine"]["cores"] and record["machine"]["cpu"] and record["jax"] and record["jaxlib"]
+    assert record["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(\+changes)?", record["commit"])
+    assert [run["seed"] for run in record["runs"]] == [1, 2, 3]
+    assert [run["score"] for run in record["runs"]] == [101.0, 102.0, 103.0]  # fake return + seed
+    assert record["runs"][0]["eval_curve"] == [[500, 1000], [50.5, 101.0]]
+    assert record["runs"][0]["train_curve"][0] == [250, 500, 750, 1000]
+    assert record["algorithm_fingerprint"] == results.algorithm_fingerprint(Path(record["script"]))
+
+
+def test_a_curve_keeps_at_most_100_points_with_its_first_and_last():
+    steps, values = list(range(0, 10_000, 7)), [float(i) / 3 for i in range(0, 10_000, 7)]
+    kept_steps, kept_values = results.downsample(steps, values)
+    assert len(kept_steps) == 100 and kept_steps[0] == 0 and kept_steps[-1] == steps[-1]
+    assert kept_values[-1] == float(f"{values[-1]:.6g}")
+    assert results.downsample([5, 6], [1.0, 2.0]) == [[5, 6], [1.0, 2.0]]
+
+
+def test_the_page_is_made_from_the_data_alone_the_same_each_time_and_checked(recorded):
+    folder, suite = recorded
+    page = folder.parent / "results.md"
+    first = page.read_bytes()
+    assert results.write_results_doc(folder, suite=suite) == 0
+    assert page.read_bytes() == first  # the same data: the same bytes
+    text = first.decode()
+    assert "| CartPole-v1 | 1,000 | 3 | 102.00 [101.00, 103.00] | 101.00, 102.00, 103.00 |" in text
+    assert "[made up] a reference" in text and "## Not yet measured" in text
+    assert "- fake_algo on Acrobot-v1, 1,000 steps" in text  # the entry without data is listed
+    assert "**stale**:" not in text
+    assert (folder.parent / "img" / "results-curves_CartPole-v1.png").stat().st_size > 1000
+    assert results.write_results_doc(folder, check=True, suite=suite) == 0
+    (path,) = folder.glob("*.json")
+    record = json.loads(path.read_text())
+    record["runs"][1]["score"] = 0.5  # a tampered data file
+    path.write_text(json.dumps(record))
+    assert results.write_results_doc(folder, check=True, suite=suite) == 1
+    assert page.read_bytes() == first  # --check writes nothing
+
+
+def test_a_row_whose_algorithm_or_entry_changed_is_marked_stale(recorded, tmp_path):
+    folder, suite = recorded
+    script = tmp_path / "fake_algo.py"
+    page = folder.parent / "results.md"
+    script.write_text(script.read_text() + "\n# a comment does not change the algorithm\n")
+    results.write_results_doc(folder, suite=suite)
+    assert "**stale**:" not in page.read_text()
+    script.write_text(script.read_text() + "print('a changed program')\n")
+    results.write_results_doc(folder, suite=suite)
+    assert "**stale**: the algorithm changed since" in page.read_text()
+    record_path = next(folder.glob("*.json"))
+    record = json.loads(record_path.read_text())
+    record["algorithm_fingerprint"] = results.algorithm_fingerprint(script)
+    record_path.write_text(json.dumps(record))
+    suite.write_text(suite.read_text().replace("fake-return = 100.0", "fake-return = 90.0"))
+    results.write_results_doc(folder, suite=suite)
+    assert "**stale**: the suite entry changed since" in page.read_text()
+
+
+def test_the_fingerprint_ignores_comments_docstrings_and_the_harness(tmp_path):
+    script = tmp_path / "algo.py"
+    banner = "# --- harness: identical in every vibe_rl script ---"
+    body = f'def loss(x):\n    """Its docstring."""\n    return x * 2\n\n{banner}\nA = 1\n'
+    script.write_text(body)
+    before = results.algorithm_fingerprint(script)
+    script.write_text(body.replace("Its docstring.", "Another.").replace("A = 1", "A = 2") + "# end\n")
+    assert results.algorithm_fingerprint(script) == before
+    script.write_text(body.replace("x * 2", "x * 3"))
+    assert results.algorithm_fingerprint(script) != before
+
+
+def test_results_doc_runs_nothing_and_refuses_a_preset():
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--results-doc", "--full"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--check"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--quick", "--record"])
+
+
+def test_the_repository_page_is_what_its_data_gives():
+    """docs/results.md is generated from docs/results/: regenerate it (python -m benchmark
+    --results-doc) after adding or changing a data file."""
+    assert results.write_results_doc(check=True) == 0
+    size = sum(p.stat().st_size for p in results.RESULTS_DIR.glob("*.json"))
+    assert size < 2 * 2**20, f"docs/results/ holds {size} bytes; the aim is under 2 MB"
+
+
+# Full-preset entries without a row yet: they run for hours to days on the 2-core CPU, and are
+# measured one at a time (docs/benchmarks.md, "Results as data"). The list only shrinks: an
+# entry that gains a row must leave it, and a new entry must come with its row.
+NOT_YET_MEASURED = {
+    "ppo_jax_scan__CartPole-v1",
+    "ppo_jax_scan__Acrobot-v1",
+    "ppo_jax_scan__Pendulum-v1",
+    "ppo_jax_scan__Breakout-MinAtar",
+    "ppo_jax_scan__brax-inverted_pendulum",
+    "ppo_jax_scan__brax-hopper",
+    "ppo_jax_scan__brax-reacher",
+    "dqn_jax__CartPole-v1",
+    "dqn_jax__Breakout-MinAtar",
+    "c51_jax__CartPole-v1",
+    "c51_jax__Breakout-MinAtar",
+    "rainbow_jax__CartPole-v1",
+    "iqn_jax__CartPole-v1",
+    "iqn_jax__CartPole-v1__qr-dqn",
+    "sac_jax__Pendulum-v1",
+    "sac_jax__brax-inverted_pendulum",
+    "sac_jax__brax-reacher",
+    "sac_jax__brax-hopper",
+    "td3_jax__Pendulum-v1",
+    "td3_jax__brax-inverted_pendulum",
+    "td3_jax__playground-CartpoleBalance",
+    "ppo_multigpu__CartPole-v1",
+    "ppo_rnn_jax__CartPole-v1",
+    "ppo_rnn_jax__CartPole-v1__masked",
+    "ppo_jax_scan__CartPole-v1__masked",
+    "ppo_rnn_jax__MemoryChain-bsuite",
+    "ppo_jax_scan__MemoryChain-bsuite",
+    "ppo_jax_scan__craftax-Craftax-Symbolic-v1",
+    "ppo_rnn_jax__craftax-Craftax-Symbolic-v1",
+    "ppo_jax_scan__craftax-Craftax-Classic-Symbolic-v1",
+    "pqn_jax__craftax-Craftax-Classic-Symbolic-v1",
+    "ppo_jax_scan__playground-CartpoleBalance",
+    "ppo_jax_scan__playground-CartpoleBalance__playground-config",
+    "ppo_jax_scan__playground-ReacherEasy",
+    "ppo_jax_scan__playground-CheetahRun",
+    "sac_jax__playground-CartpoleBalance",
+    "sac_jax__playground-ReacherEasy",
+    "sac_jax__playground-CheetahRun",
+    "pqn_jax__CartPole-v1",
+    "pqn_jax__Breakout-MinAtar",
+    "pqn_jax__Asterix-MinAtar",
+    "pqn_jax__Freeway-MinAtar",
+    "pqn_jax__SpaceInvaders-MinAtar",
+    "pqn_jax__Seaquest-MinAtar",
+}
+
+
+def test_every_full_entry_has_a_row_of_three_seeds_or_more_unless_listed_as_not_yet_measured():
+    entries = bench.select_entries(bench.load_suite(), quick=False)
+    records = {results.tag_of(r): r for r in results.load_records()}
+    tags = [results.entry_tag(e.script, e.env, e.variant) for e in entries]
+    missing = {tag for tag in tags if tag not in records}
+    assert missing <= NOT_YET_MEASURED, (
+        f"entries with no row in docs/results/: {sorted(missing - NOT_YET_MEASURED)}"
+    )
+    assert not NOT_YET_MEASURED & set(records), "measured now: take them off NOT_YET_MEASURED"
+    assert not NOT_YET_MEASURED - set(tags), "not suite entries any more"
+    for tag, record in records.items():
+        assert len(record["runs"]) >= 3, f"{tag}: {len(record['runs'])} seeds"
+        assert all(
+            len(run["eval_curve"][0]) <= 100 and len(run["train_curve"][0]) <= 100 for run in record["runs"]
+        )
+
+
+def test_run_keys_are_the_harness_run_flags_and_what_it_adds():
+    tree = ast.parse((ROOT / "tests" / "harness.py").read_text())
+    (run_flags,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunFlags"]
+    fields = {n.target.id for n in run_flags.body if isinstance(n, ast.AnnAssign)}
+    assert fields <= results.RUN_KEYS, fields - results.RUN_KEYS
+
+
+def test_no_absolute_path_of_a_machine_in_the_readme_or_the_docs():
+    pattern = re.compile(r"(?<![\w.])/(work|tmp|home|root|Users|opt|mnt)/")
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+
+
+# --- python -m benchmark.compare ---------------------------------------------------------------
+
+
+def write_run(directory: Path, score: float, **args) -> Path:
+    """A run directory as a script writes it: args.json, eval.json, metrics.jsonl."""
+    directory.mkdir(parents=True)
+    record = {"script": "ppo_jax_scan.py", "env_id": "CartPole-v1", "total_timesteps": 1000, "num_envs": 8}
+    record |= {"seed": 9, "output_dir": str(directory.parent), "run_seed": 9} | args
+    (directory / "args.json").write_text(json.dumps(record))
+    curve = [{"global_step": 500, "mean": score / 2}, {"global_step": 1000, "mean": score}]
+    (directory / "eval.json").write_text(json.dumps({"mean": score, "eval_curve": curve}))
+    points = [{"global_step": s, "charts/episodic_return": score * s / 1000} for s in (250, 500, 750, 1000)]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
+    return directory
+
+
+@pytest.fixture
+def ours(tmp_path: Path) -> Path:
+    """A data folder with one entry: ppo_jax_scan on CartPole-v1, 3 seeds scoring 90, 100, 110."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    curve = [[250, 500, 750, 1000], [20.0, 50.0, 80.0, 100.0]]
+    runs = [
+        {"seed": s, "score": x, "eval_curve": curve, "train_curve": curve}
+        for s, x in ((1, 90.0), (2, 100.0), (3, 110.0))
+    ]
+    record = {
+        "script": "vibe_rl/ppo_jax_scan.py", "env": "CartPole-v1", "variant": "", "total_timesteps": 1000,
+        "command": "python vibe_rl/ppo_jax_scan.py --env-id CartPole-v1", "threshold": 95.0,
+        "random_score": 20.0, "machine": {"backend": "cpu", "cpu": "x", "cores": 2},
+        "args": {"env_id": "CartPole-v1", "total_timesteps": 1000, "num_envs": 8}, "runs": runs,
+    }  # fmt: skip
+    (folder / "ppo_jax_scan__CartPole-v1.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_compare_names_the_entry_prints_a_line_per_run_and_plots(ours, tmp_path, capsys):
+    runs = [
+        write_run(tmp_path / "sweep" / name, score)
+        for name, score in (("a", 50.0), ("b", 105.0), ("c", 200.0))
+    ]
+    before = {p: p.read_bytes() for run in runs for p in run.iterdir()}
+    out = tmp_path / "compare.png"
+    assert compare.main([str(tmp_path / "sweep"), "--results", str(ours), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ours_text = "ours (ppo_jax_scan on CartPole-v1, 1,000 steps, 3 seeds): IQM 100.00 ["
+    assert lines[0].startswith("a: 50.00, below our seeds' range; " + ours_text)
+    assert lines[1].startswith("b: 105.00, within") and lines[2].startswith("c: 200.00, above")
+    assert out.stat().st_size > 1000
+    assert {p: p.read_bytes() for run in runs for p in run.iterdir()} == before  # the runs are not modified
+
+
+def test_compare_says_in_one_line_when_the_flags_differ_or_no_entry_matches(ours, tmp_path, capsys):
+    other = write_run(tmp_path / "other", 100.0, num_envs=4)
+    assert compare.main([str(other), "--results", str(ours), "--out", str(tmp_path / "x.png")]) == 2
+    (said,) = capsys.readouterr().out.splitlines()
+    assert "flags differ" in said and "--num-envs 4 (ours 8)" in said and "--anyway" in said
+    assert not (tmp_path / "x.png").exists()
+    assert (
+        compare.main([str(other), "--results", str(ours), "--out", str(tmp_path / "x.png"), "--anyway"]) == 0
+    )
+    assert "within" in capsys.readouterr().out and (tmp_path / "x.png").is_file()
+    pendulum = write_run(tmp_path / "pendulum", -150.0, env_id="Pendulum-v1")
+    assert compare.main([str(pendulum), "--results", str(ours)]) == 2
+    (said,) = capsys.readouterr().out.splitlines()
+    assert said.startswith("pendulum: no suite entry runs ppo_jax_scan.py on Pendulum-v1 for 1,000 steps")
+    assert compare.main([str(tmp_path / "nothing_here"), "--results", str(ours)]) == 2
