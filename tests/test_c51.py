@@ -274,6 +274,7 @@ def test_gradient_step_stays_a_branch_under_vmap():
     assert_gradient_step_stays_a_branch_under_vmap(c51, tiny_args())
 
 
+@pytest.mark.slow  # the harness's chunks: ppo_jax_scan and dqn_jax by default; this state: its bitwise resume
 def test_chunked_run_equals_single_program():
     assert_chunks_equal_one_program(c51, tiny_args(total_timesteps=500, num_chunks=3))
 

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,10 +47,18 @@ def release_locks(module: Any) -> None:  # what main() does as it returns
     module.release_claims()
 
 
-def finished_run(tmp_path: Path, *extra: str) -> Path:
-    result = run_script("ppo_jax_scan", *budget(6, 3), *extra, "--output-dir", str(tmp_path))
+@pytest.fixture(scope="module")
+def a_finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of 6 iterations in 3 chunks, trained once; each test takes a copy (finished_run)."""
+    out = tmp_path_factory.mktemp("finished")
+    result = run_script("ppo_jax_scan", *budget(6, 3), "--output-dir", str(out))
     assert result.returncode == 0, result.stderr
-    return only_run_dir(tmp_path)
+    return only_run_dir(out)
+
+
+def finished_run(template: Path, tmp_path: Path) -> Path:
+    """A copy of the finished run: a run directory may be moved (its resume writes where it lies)."""
+    return Path(shutil.copytree(template, tmp_path / template.name))
 
 
 # --- D1: absurd sizes are refused in one line, before compiling, naming the flag ----------------
@@ -145,8 +154,9 @@ def test_four_runs_launched_together_into_one_directory_all_finish(tmp_path):
 
 
 # --- D3, D4: metrics.jsonl survives a torn line and a kill during its rewrite ------------------
-def test_a_half_written_metrics_line_does_not_block_a_resume(tmp_path):
-    run_dir = finished_run(tmp_path)
+@pytest.mark.xdist_group("finished_run")
+def test_a_half_written_metrics_line_does_not_block_a_resume(a_finished_run, tmp_path):
+    run_dir = finished_run(a_finished_run, tmp_path)
     sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[
         -1
     ].unlink()  # the newest: the run redoes a chunk
@@ -158,10 +168,11 @@ def test_a_half_written_metrics_line_does_not_block_a_resume(tmp_path):
     assert steps_logged(run_dir) == list(range(64, 64 * 7, 64))
 
 
-def test_metrics_are_rewritten_atomically_on_resume(tmp_path, monkeypatch):
+@pytest.mark.xdist_group("finished_run")
+def test_metrics_are_rewritten_atomically_on_resume(a_finished_run, tmp_path, monkeypatch):
     """A kill while a resume rewrites metrics.jsonl leaves the old file whole: the rewrite goes to a
     temporary file that is renamed into place."""
-    module, run_dir = load_script("ppo_jax_scan"), finished_run(tmp_path)
+    module, run_dir = load_script("ppo_jax_scan"), finished_run(a_finished_run, tmp_path)
     before = (run_dir / "metrics.jsonl").read_bytes()
 
     def killed_before_the_rename(path: Path, data: bytes) -> None:
@@ -279,15 +290,17 @@ def test_a_corrupt_or_foreign_args_json_is_refused_in_one_line(
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
 
 
-def test_another_script_s_run_is_refused_by_name(tmp_path, capsys, monkeypatch):
-    run_dir = finished_run(tmp_path)
+@pytest.mark.xdist_group("finished_run")
+def test_another_script_s_run_is_refused_by_name(a_finished_run, tmp_path, capsys, monkeypatch):
+    run_dir = finished_run(a_finished_run, tmp_path)
     code, err = exit_of_main(load_script("dqn_jax"), ["--resume", str(run_dir)], monkeypatch, capsys)
     assert code == 2 and "a run of ppo_jax_scan.py, not dqn_jax.py" in err and err.count("\n") == 1, err
 
 
 # --- R5: a corrupt checkpoint is detected by its checksum --------------------------------------------
-def test_a_flipped_byte_in_a_checkpoint_is_detected_and_the_one_before_used(tmp_path):
-    run_dir = finished_run(tmp_path)
+@pytest.mark.xdist_group("finished_run")
+def test_a_flipped_byte_in_a_checkpoint_is_detected_and_the_one_before_used(a_finished_run, tmp_path):
+    run_dir = finished_run(a_finished_run, tmp_path)
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit, mid-file: msgpack alone would load it
@@ -364,8 +377,9 @@ def test_evaluate_saved_model_reproduces_eval_json_to_the_bit(name, flags, tmp_p
 
 
 # --- R9: resuming a finished run with --track logs nothing new to wandb -----------------------------
-def test_a_finished_run_resumed_with_track_makes_no_wandb_run(tmp_path):
-    run_dir = finished_run(tmp_path)
+@pytest.mark.xdist_group("finished_run")
+def test_a_finished_run_resumed_with_track_makes_no_wandb_run(a_finished_run, tmp_path):
+    run_dir = finished_run(a_finished_run, tmp_path)
     resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--track")
     assert resumed.returncode == 0, resumed.stderr
     assert not (run_dir / "wandb").exists()
@@ -501,11 +515,12 @@ def test_s6_ctrl_c_while_the_script_loads_exits_130_without_a_traceback(after):
     assert process.returncode == 130 and "Traceback" not in err, (process.returncode, err[-2000:])
 
 
-def test_s7_the_messages_say_what_happened(tmp_path, capsys, monkeypatch):
+@pytest.mark.xdist_group("finished_run")
+def test_s7_the_messages_say_what_happened(a_finished_run, tmp_path, capsys, monkeypatch):
     module = load_script("ppo_jax_scan")
     code, err = exit_of_main(module, ["--sweep", "learning_rate=1e-4,", "1e-3"], monkeypatch, capsys)
     assert code == 2 and "a space split the list" in err, err
-    run_dir = finished_run(tmp_path / "a")
+    run_dir = finished_run(a_finished_run, tmp_path)
     for path in (run_dir / "args.json", run_dir):  # args.json itself: its run
         resumed = run_script("ppo_jax_scan", "--resume", str(path))
         assert resumed.returncode == 0 and "nothing to train" in resumed.stdout, resumed.stderr

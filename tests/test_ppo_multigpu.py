@@ -246,6 +246,7 @@ def test_make_train_jit_vmap_continuous_actions():
     assert not np.allclose(metrics.value_loss[0], metrics.value_loss[1])  # independent seeds
 
 
+@pytest.mark.slow  # the harness's chunks: ppo_jax_scan and dqn_jax by default; this state: its bitwise resume
 def test_chunked_run_equals_single_program():
     """The CLI's compiled chunks (the last one partly masked) train as make_train does."""
     args = ppo.Flags(**{**TINY, "total_timesteps": 5 * 8 * 16})  # 5 iterations: chunks of 2, 2, 1
@@ -275,6 +276,7 @@ def test_target_kl_logs_the_last_epoch_that_ran():
 # --- four devices: the same numbers, local minibatches, one all-reduce -----------------
 
 
+@pytest.mark.xdist_group("four_devices")  # the fixture runs once per worker: one worker
 def test_a_seed_trains_the_same_on_one_device_four_devices_and_a_2x2_mesh(four_devices):
     r = dict(np.load(four_devices / "results.npz"))
     names = [k.split("/", 1)[1] for k in r if k.startswith("d1/")]
@@ -288,6 +290,7 @@ def test_a_seed_trains_the_same_on_one_device_four_devices_and_a_2x2_mesh(four_d
     assert not np.allclose(r["d1/value_loss"][0], r["d1/value_loss"][1])  # two different seeds
 
 
+@pytest.mark.xdist_group("four_devices")  # the fixture runs once per worker: one worker
 def test_minibatches_stay_on_their_device(four_devices):
     r = dict(np.load(four_devices / "results.npz"))
     assert str(r["local/spec"]) == str(ppo.P(None, "data"))
@@ -297,6 +300,7 @@ def test_minibatches_stay_on_their_device(four_devices):
     assert json.loads(str(r["local/collectives"])) == {}, "dealing the minibatches moved data"
 
 
+@pytest.mark.xdist_group("four_devices")  # the fixture runs once per worker: one worker
 def test_compiled_chunk_has_one_all_reduce_per_minibatch_step(four_devices):
     for name in ("d4", "mesh2x2"):
         found = collectives_per_computation((four_devices / name / f"{name}.hlo.txt").read_text())

@@ -202,6 +202,7 @@ def test_make_train_under_jit_and_vmap_takes_gradient_steps():
     np.testing.assert_allclose(metrics.epsilon[0, 0], 1 + (args.end_e - 1) * 28 / 32, rtol=1e-5)
 
 
+@pytest.mark.slow  # the harness's chunks: ppo_jax_scan and dqn_jax by default; this state: its bitwise resume
 def test_chunked_run_equals_single_program():
     args = tiny_args(total_timesteps=160)  # 5 iterations -> chunks of 2, the last skips one
     algo = pqn_jax.make_algorithm(args)

@@ -371,6 +371,7 @@ def test_train_shapes_under_jit_and_vmap():
     np.testing.assert_array_equal(state.obs_rms.var, 1.0)
 
 
+@pytest.mark.slow  # the harness's chunks: ppo_jax_scan and dqn_jax by default; this state: its bitwise resume
 def test_chunked_run_equals_single_program():
     """The harness's chunks (the CLI's program) end where make_train's single scan ends."""
     args = tiny_args(total_timesteps=350, num_chunks=3)  # 7 iterations: chunks of 3, the last masks 2

@@ -32,9 +32,9 @@ from _helpers import (
 from test_contract import SCRIPTS, read_state
 
 
-def trained(algo, state):
-    """The state after every iteration of the algorithm's plan."""
-    return jax.jit(lambda s: jax.lax.scan(algo.iteration, s, jnp.arange(algo.num_iterations))[0])(state)
+def trainer(algo):
+    """A compiled function: a state -> the state after every iteration of the algorithm's plan."""
+    return jax.jit(lambda s: jax.lax.scan(algo.iteration, s, jnp.arange(algo.num_iterations))[0])
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
@@ -47,9 +47,10 @@ def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     other = dataclasses.replace(base, **{n: 0.9 * getattr(base, n) or 0.01 for n in traced})
     built, key = module.make_algorithm(other), jax.random.PRNGKey(0)
     algo = module.make_algorithm(base)
-    swapped = trained(algo, algo.init(key)._replace(hyper=module.hyperparameters(other)))
-    assert tree_equal(swapped, trained(built, built.init(key)))  # a flag read as a constant would differ
-    assert not tree_equal(swapped, trained(algo, algo.init(key)))  # the values do reach the training
+    train = trainer(algo)  # one program for both of algo's states below: the values are its input
+    swapped = train(algo.init(key)._replace(hyper=module.hyperparameters(other)))
+    assert tree_equal(swapped, trainer(built)(built.init(key)))  # a flag read as a constant would differ
+    assert not tree_equal(swapped, train(algo.init(key)))  # the values do reach the training
 
 
 PPO_TINY = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "640", "--num-chunks", "2",
