@@ -301,7 +301,7 @@ def results_page(
     reasons = [staleness(r, full, root) for r in records]
     current = reasons.count("")
     lines += ["", f"{len(records)} rows for {len(full)} full-preset entries: {current} current, "]
-    lines[-1] += f"{len(records) - current} stale.\n"
+    lines[-1] += f"{len(records) - current} stale. The data: {data_size(records)} of JSON in results/.\n"
     rows = [
         (as_result(r), reason, machines.index(machine_text(r)) + 1)
         for r, reason in zip(records, reasons, strict=True)
@@ -357,6 +357,12 @@ def results_page(
     lines += ["", "## Curves", ""]
     lines += [f"![{env}]({link})\n" for env, link in images.items() if env != "profile"]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def data_size(records: list[dict[str, Any]]) -> str:
+    """The data's size as written (json.dumps with indent 1, as write_records writes it), in kB."""
+    size = sum(len(json.dumps(record, indent=1)) + 1 for record in records)
+    return f"{size / 1000:,.0f} kB"
 
 
 def page_images(records: list[dict[str, Any]], docs: Path) -> dict[str, str]:

@@ -18,7 +18,6 @@ export = importlib.import_module("benchmark.export")
 
 TINY_RUN = "--env-id CartPole-v1 --num-envs 4 --num-steps 16 --total-timesteps 1920 --num-chunks 3"
 TINY_RUN += " --eval-episodes 4 --num-seeds 2"
-pytestmark = pytest.mark.xdist_group("export")  # one worker: the run below is made once
 
 
 @pytest.fixture(scope="module")

@@ -154,7 +154,6 @@ def test_four_runs_launched_together_into_one_directory_all_finish(tmp_path):
 
 
 # --- D3, D4: metrics.jsonl survives a torn line and a kill during its rewrite ------------------
-@pytest.mark.xdist_group("finished_run")
 def test_a_half_written_metrics_line_does_not_block_a_resume(a_finished_run, tmp_path):
     run_dir = finished_run(a_finished_run, tmp_path)
     sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[
@@ -168,7 +167,6 @@ def test_a_half_written_metrics_line_does_not_block_a_resume(a_finished_run, tmp
     assert steps_logged(run_dir) == list(range(64, 64 * 7, 64))
 
 
-@pytest.mark.xdist_group("finished_run")
 def test_metrics_are_rewritten_atomically_on_resume(a_finished_run, tmp_path, monkeypatch):
     """A kill while a resume rewrites metrics.jsonl leaves the old file whole: the rewrite goes to a
     temporary file that is renamed into place."""
@@ -208,7 +206,7 @@ def test_a_second_process_cannot_train_a_run_in_progress_and_a_dead_one_s_lock_i
 
 # --- D6, R2: signals -------------------------------------------------------------------------------
 def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp_path):
-    """SIGTERM at 6 random moments of a run's life, one in each 4/3 s of its first 8 (importing,
+    """SIGTERM at 4 random moments of a run's life, one in each 2 s of its first 8 (importing,
     compiling, training, writing the outputs): it exits 143 (or by the signal's default action before
     Python could catch it, or 0 when it came too late), never by a crash; every run directory left
     resumes."""
@@ -218,14 +216,14 @@ def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp
         out = tmp_path / str(index)
         command = script_command("ppo_jax_scan", *budget(40, 20), "--output-dir", str(out))
         process = subprocess.Popen(**command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(index * 4 / 3, (index + 1) * 4 / 3))
+        time.sleep(rng.uniform(index * 2, (index + 1) * 2))
         process.send_signal(signal.SIGTERM)
         err = process.communicate(timeout=300)[1]
         assert "Traceback" not in err and "Segmentation" not in err, err[-3000:]
         return process.returncode
 
     with ThreadPoolExecutor(2) as pool:
-        codes = list(pool.map(one, range(6)))
+        codes = list(pool.map(one, range(4)))
     assert set(codes) <= {0, 143, -signal.SIGTERM}, codes
     assert 143 in codes, codes  # the test reached the training
     for out in tmp_path.iterdir():
@@ -290,7 +288,6 @@ def test_a_corrupt_or_foreign_args_json_is_refused_in_one_line(
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
 
 
-@pytest.mark.xdist_group("finished_run")
 def test_another_script_s_run_is_refused_by_name(a_finished_run, tmp_path, capsys, monkeypatch):
     run_dir = finished_run(a_finished_run, tmp_path)
     code, err = exit_of_main(load_script("dqn_jax"), ["--resume", str(run_dir)], monkeypatch, capsys)
@@ -298,7 +295,6 @@ def test_another_script_s_run_is_refused_by_name(a_finished_run, tmp_path, capsy
 
 
 # --- R5: a corrupt checkpoint is detected by its checksum --------------------------------------------
-@pytest.mark.xdist_group("finished_run")
 def test_a_flipped_byte_in_a_checkpoint_is_detected_and_the_one_before_used(a_finished_run, tmp_path):
     run_dir = finished_run(a_finished_run, tmp_path)
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
@@ -377,7 +373,6 @@ def test_evaluate_saved_model_reproduces_eval_json_to_the_bit(name, flags, tmp_p
 
 
 # --- R9: resuming a finished run with --track logs nothing new to wandb -----------------------------
-@pytest.mark.xdist_group("finished_run")
 def test_a_finished_run_resumed_with_track_makes_no_wandb_run(a_finished_run, tmp_path):
     run_dir = finished_run(a_finished_run, tmp_path)
     resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--track")
@@ -515,7 +510,6 @@ def test_s6_ctrl_c_while_the_script_loads_exits_130_without_a_traceback(after):
     assert process.returncode == 130 and "Traceback" not in err, (process.returncode, err[-2000:])
 
 
-@pytest.mark.xdist_group("finished_run")
 def test_s7_the_messages_say_what_happened(a_finished_run, tmp_path, capsys, monkeypatch):
     module = load_script("ppo_jax_scan")
     code, err = exit_of_main(module, ["--sweep", "learning_rate=1e-4,", "1e-3"], monkeypatch, capsys)

@@ -276,7 +276,6 @@ def test_target_kl_logs_the_last_epoch_that_ran():
 # --- four devices: the same numbers, local minibatches, one all-reduce -----------------
 
 
-@pytest.mark.xdist_group("four_devices")  # the fixture runs once per worker: one worker
 def test_a_seed_trains_the_same_on_one_device_four_devices_and_a_2x2_mesh(four_devices):
     r = dict(np.load(four_devices / "results.npz"))
     names = [k.split("/", 1)[1] for k in r if k.startswith("d1/")]
@@ -290,7 +289,6 @@ def test_a_seed_trains_the_same_on_one_device_four_devices_and_a_2x2_mesh(four_d
     assert not np.allclose(r["d1/value_loss"][0], r["d1/value_loss"][1])  # two different seeds
 
 
-@pytest.mark.xdist_group("four_devices")  # the fixture runs once per worker: one worker
 def test_minibatches_stay_on_their_device(four_devices):
     r = dict(np.load(four_devices / "results.npz"))
     assert str(r["local/spec"]) == str(ppo.P(None, "data"))
@@ -300,7 +298,6 @@ def test_minibatches_stay_on_their_device(four_devices):
     assert json.loads(str(r["local/collectives"])) == {}, "dealing the minibatches moved data"
 
 
-@pytest.mark.xdist_group("four_devices")  # the fixture runs once per worker: one worker
 def test_compiled_chunk_has_one_all_reduce_per_minibatch_step(four_devices):
     for name in ("d4", "mesh2x2"):
         found = collectives_per_computation((four_devices / name / f"{name}.hlo.txt").read_text())

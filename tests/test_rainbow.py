@@ -23,8 +23,6 @@ from _helpers import (
 from test_contract import read_state
 
 rainbow = load_script("rainbow_jax")
-# one worker runs them all, so that the gradient steps compiled once (compiled_gradient_step) serve each
-pytestmark = pytest.mark.xdist_group("rainbow")
 
 # 400 env steps (4 iterations of 25 steps of 4 envs), learning from env step 100
 TINY = dict(
