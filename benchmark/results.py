@@ -159,6 +159,13 @@ def record_of(result: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def dumps(record: dict[str, Any]) -> str:
+    """A record as its file holds it: one key a line, and each seed's run (its curves) on one line."""
+    head = json.dumps({**record, "runs": []}, indent=1)
+    runs = ",\n".join("  " + json.dumps(run) for run in record["runs"])
+    return head.replace('"runs": []', '"runs": [\n' + runs + "\n ]") + "\n"
+
+
 def write_records(report: dict[str, Any], folder: Path = RESULTS_DIR) -> list[Path]:
     """Each entry of a full-preset report that ran to its end, as its data file (replacing the
     entry's earlier one)."""
@@ -169,7 +176,7 @@ def write_records(report: dict[str, Any], folder: Path = RESULTS_DIR) -> list[Pa
             print(f"  not recorded: {result['name']} {result['env']} ({result['status']})")
             continue
         path = folder / f"{tag_of(result)}.json"
-        path.write_text(json.dumps(record_of(result, report["machine"]), indent=1) + "\n")
+        path.write_text(dumps(record_of(result, report["machine"])))
         written.append(path)
         print(f"  recorded {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return written
@@ -360,8 +367,8 @@ def results_page(
 
 
 def data_size(records: list[dict[str, Any]]) -> str:
-    """The data's size as written (json.dumps with indent 1, as write_records writes it), in kB."""
-    size = sum(len(json.dumps(record, indent=1)) + 1 for record in records)
+    """The data's size as its files hold it (`dumps`), in kB."""
+    size = sum(len(dumps(record).encode()) for record in records)
     return f"{size / 1000:,.0f} kB"
 
 
