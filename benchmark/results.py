@@ -141,7 +141,9 @@ def record_of(result: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]
         "jax": machine.get("jax"),
         "jaxlib": machine.get("jaxlib"),
         "algorithm_fingerprint": result.get("algorithm_fingerprint"),
-        "args": result.get("algorithm_args", {}),
+        "args": {
+            key: value for key, value in result.get("algorithm_args", {}).items() if key not in RUN_KEYS
+        },
         "status": result["status"],
         "wall_s": round(result["wall_s"], 1) if result.get("wall_s") is not None else None,
         "env_steps_per_s": round(result["env_steps_per_s"]) if result.get("env_steps_per_s") else None,

@@ -67,6 +67,7 @@ def test_a_recorded_entry_keeps_its_command_machine_seeds_and_curves(recorded):
     assert record["runs"][0]["eval_curve"] == [[500, 1000], [50.5, 101.0]]
     assert record["runs"][0]["train_curve"][0] == [250, 500, 750, 1000]
     assert record["algorithm_fingerprint"] == results.algorithm_fingerprint(Path(record["script"]))
+    assert record["args"] == {"num_envs": 1}  # the algorithm flags: no run flag, no path
 
 
 def test_a_curve_keeps_at_most_100_points_with_its_first_and_last():
