@@ -88,6 +88,7 @@ def run_score(run_dir: Path, entry: dict[str, Any]) -> float | None:
 
 
 def verdict(score: float, seeds: list[float]) -> str:
+    score = float(f"{score:.6g}")  # as the data keeps a score (benchmark/results.py)
     if score < min(seeds):
         return "below"
     return "above" if score > max(seeds) else "within"
@@ -131,9 +132,10 @@ def plot(matches: list[Match], out: Path) -> Path:
                 ),
             ):
                 if steps:
-                    ax.plot(steps, values, style, color=color, label=f"{m.run_dir.name} {kind}"[:60])
+                    name = m.run_dir.name.removeprefix(entry["env"].replace("/", "-") + "__")  # as written
+                    ax.plot(steps, values, style, color=color, label=f"{name} {kind}")
         ax.set(
-            title=f"{entry['name']} on {entry['env']}: your runs over our seeds' mean and 95% band",
+            title=f"{entry['name']} on {entry['env']}\nyour runs over our seeds' mean and 95% band",
             xlabel="env steps",
             ylabel="episodic return",
         )

@@ -271,7 +271,7 @@ def ours(tmp_path: Path) -> Path:
 def test_compare_names_the_entry_prints_a_line_per_run_and_plots(ours, tmp_path, capsys):
     runs = [
         write_run(tmp_path / "sweep" / name, score)
-        for name, score in (("a", 50.0), ("b", 105.0), ("c", 200.0))
+        for name, score in (("a", 50.0), ("b", 105.0), ("c", 200.0), ("d", 89.9999999))
     ]
     before = {p: p.read_bytes() for run in runs for p in run.iterdir()}
     out = tmp_path / "compare.png"
@@ -280,6 +280,7 @@ def test_compare_names_the_entry_prints_a_line_per_run_and_plots(ours, tmp_path,
     ours_text = "ours (ppo_jax_scan on CartPole-v1, 1,000 steps, 3 seeds): IQM 100.00 ["
     assert lines[0].startswith("a: 50.00, below our seeds' range; " + ours_text)
     assert lines[1].startswith("b: 105.00, within") and lines[2].startswith("c: 200.00, above")
+    assert lines[3].startswith("d: 90.00, within")  # our lowest seed, as the data rounds it
     assert out.stat().st_size > 1000
     assert {p: p.read_bytes() for run in runs for p in run.iterdir()} == before  # the runs are not modified
 
