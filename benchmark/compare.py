@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from benchmark.export import find_run_dirs
 from benchmark.results import RESULTS_DIR, RUN_KEYS, as_result, load_records
 from benchmark.run import ci_text, eval_curve, learning_curve, pyplot, read_args, training_score
 from benchmark.stats import mean_ci_band
@@ -37,17 +38,6 @@ class Match(NamedTuple):
     run_dir: Path
     entry: dict[str, Any] | None  # None: no entry has this script, env and budget
     differ: list[str]  # "--flag RUN (ours OURS)", for each algorithm flag that differs
-
-
-def run_dirs_under(paths: list[Path]) -> list[Path]:
-    """Each path that is a run directory, and the run directories below each that is not."""
-    found = []
-    for path in paths:
-        if (path / "args.json").is_file():
-            found.append(path)
-        else:
-            found += sorted(p.parent for p in path.rglob("args.json"))
-    return found
 
 
 def algorithm_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    run_dirs = run_dirs_under(args.run_dirs)
+    run_dirs = find_run_dirs(args.run_dirs)
     if not run_dirs:
         print(
             f"no run directory (one with args.json) in {', '.join(map(str, args.run_dirs))}", file=sys.stderr
