@@ -722,7 +722,7 @@ def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.legend(fontsize="small")
         path = out / f"curves_{env.replace('/', '-')}.png"
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, metadata={"Software": None})  # no version stamp in the file
         plt.close(fig)
         paths.append(path)
     return paths
@@ -751,7 +751,7 @@ def plot_profile(entries: list[dict[str, Any]], out: Path) -> Path | None:
     ax.legend(fontsize="small")
     path = out / "profile.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
     return path
 
