@@ -25,6 +25,7 @@ import ast
 import hashlib
 import json
 import re
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -81,22 +82,43 @@ def entry_command(entry: Entry) -> str:
 
 
 def algorithm_fingerprint(script: Path) -> str:
-    """A hash of the script's algorithm: its code above the harness's banner, parsed, so that
-    comments, docstrings and formatting do not count."""
+    """A hash of the script's algorithm: its code above the harness's banner, less its comments, its
+    docstrings and all whitespace. They are found by position (tokenize's comments, ast's
+    docstrings), so that every Python version gives the same hash for the same code."""
     lines = script.read_text().splitlines(keepends=True)
     banner = next((i for i, line in enumerate(lines) if BANNER in line), len(lines))  # none: the whole file
-    above = "".join(lines[:banner])
-    tree = ast.parse(above)
-    for node in ast.walk(tree):
+    lines = lines[:banner]
+    kept = [list(line) for line in lines]  # [row][column]: a character, or "" once dropped
+    for (row, column), (end_row, end_column) in [*comment_spans(lines), *docstring_spans(lines)]:
+        for r in range(row, end_row + 1):
+            start, stop = (column if r == row else 0), (end_column if r == end_row else len(kept[r - 1]))
+            kept[r - 1][start:stop] = [""] * (stop - start)
+    code = "".join("".join(line) for line in kept)
+    return hashlib.sha256("".join(code.split()).encode()).hexdigest()[:16]
+
+
+# (row, column) to (row, column): rows from 1, columns in characters
+Span = tuple[tuple[int, int], tuple[int, int]]
+
+
+def comment_spans(lines: list[str]) -> list[Span]:
+    tokens = tokenize.generate_tokens(iter(lines).__next__)
+    return [(token.start, token.end) for token in tokens if token.type == tokenize.COMMENT]
+
+
+def docstring_spans(lines: list[str]) -> list[Span]:
+    """Each module's, class's and function's docstring (ast counts columns in bytes: made characters)."""
+    spans = []
+    for node in ast.walk(ast.parse("".join(lines))):
         body = getattr(node, "body", None)
         first = body[0] if isinstance(body, list) and body else None
-        if (
-            isinstance(first, ast.Expr)
-            and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]  # a docstring
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+        if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+            continue
+        if isinstance(first.value.value, str):
+            start = (first.lineno, len(lines[first.lineno - 1].encode()[: first.col_offset].decode()))
+            end_line = lines[first.end_lineno - 1]
+            spans.append((start, (first.end_lineno, len(end_line.encode()[: first.end_col_offset].decode()))))
+    return spans
 
 
 def downsample(steps: list[int], values: list[float], points: int = MAX_POINTS) -> list[list[float]]:
