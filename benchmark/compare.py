@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         if m.entry is None:
             a = read_args(m.run_dir)
             print(
-                f"{m.run_dir.name}: no suite entry runs {a.get('script')} on {a.get('env_id')} for "
-                f"{a.get('total_timesteps'):,} steps; the entries are in docs/commands.md"
+                f"{m.run_dir.name}: we have no row of {a.get('script')} on {a.get('env_id')} at "
+                f"{a.get('total_timesteps'):,} steps (docs/results.md lists our rows)"
             )
             status = 2
             continue

@@ -298,5 +298,5 @@ def test_compare_says_in_one_line_when_the_flags_differ_or_no_entry_matches(ours
     pendulum = write_run(tmp_path / "pendulum", -150.0, env_id="Pendulum-v1")
     assert compare.main([str(pendulum), "--results", str(ours)]) == 2
     (said,) = capsys.readouterr().out.splitlines()
-    assert said.startswith("pendulum: no suite entry runs ppo_jax_scan.py on Pendulum-v1 for 1,000 steps")
+    assert said.startswith("pendulum: we have no row of ppo_jax_scan.py on Pendulum-v1 at 1,000 steps")
     assert compare.main([str(tmp_path / "nothing_here"), "--results", str(ours)]) == 2
