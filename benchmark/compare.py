@@ -123,7 +123,8 @@ def plot(matches: list[Match], out: Path) -> Path:
             ):
                 if steps:
                     name = m.run_dir.name.removeprefix(entry["env"].replace("/", "-") + "__")  # as written
-                    ax.plot(steps, values, style, color=color, label=f"{name} {kind}")
+                    marker = "o" if len(steps) < 3 else None  # no --eval-frequency: the final point
+                    ax.plot(steps, values, style, color=color, marker=marker, label=f"{name} {kind}")
         ax.set(
             title=f"{entry['name']} on {entry['env']}\nyour runs over our seeds' mean and 95% band",
             xlabel="env steps",
