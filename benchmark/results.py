@@ -61,7 +61,7 @@ RUN_KEYS = frozenset(
         "exp_name", "seed", "num_seeds", "sweep", "track", "wandb_project_name", "wandb_entity",
         "capture_video", "save_model", "output_dir", "resume", "num_chunks", "checkpoint_frequency",
         "eval_episodes", "eval_frequency", "cpu_devices", "jax_cache_dir", "sweep_max_programs",
-        "script", "run_seed", "run_name", "run_stamp", "sizes", "sweep_values",
+        "script", "run_seed", "run_name", "run_stamp", "sizes",
     }
 )  # fmt: skip
 

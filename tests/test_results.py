@@ -219,7 +219,9 @@ def test_run_keys_are_the_harness_run_flags_and_what_it_adds():
     tree = ast.parse((ROOT / "tests" / "harness.py").read_text())
     (run_flags,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunFlags"]
     fields = {n.target.id for n in run_flags.body if isinstance(n, ast.AnnAssign)}
-    assert fields <= results.RUN_KEYS, fields - results.RUN_KEYS
+    added = {"script", "run_seed", "run_name", "run_stamp", "sizes"}  # open_run_dirs adds these to args.json
+    assert fields | added == results.RUN_KEYS, results.RUN_KEYS ^ (fields | added)
+    assert all(f'"{key}"' in (ROOT / "tests" / "harness.py").read_text() for key in added)
 
 
 def test_no_absolute_path_of_a_machine_in_the_readme_or_the_docs():
