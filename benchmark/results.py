@@ -39,8 +39,10 @@ from benchmark.run import (
     aggregates,
     ci_text,
     entry_flags,
+    entry_tag,
     fmt,
     load_suite,
+    passes,
     plot_curves,
     plot_profile,
     select_entries,
@@ -69,11 +71,6 @@ RUN_KEYS = frozenset(
 # =====================================================================================
 # One entry's data
 # =====================================================================================
-
-
-def entry_tag(script: str, env: str, variant: str = "") -> str:
-    """The file name's stem: ppo_jax_scan__CartPole-v1, ppo_rnn_jax__CartPole-v1__masked."""
-    return f"{Path(script).stem}__{env.replace('/', '-')}" + (f"__{variant}" if variant else "")
 
 
 def entry_command(entry: Entry) -> str:
@@ -278,7 +275,7 @@ def as_result(record: dict[str, Any]) -> dict[str, Any]:
     if random is not None and not record.get("below"):
         normalised = [float(normalise(x, random, threshold)) for x in scores]
     score = iqm(scores)
-    status = "pass" if (score < threshold if record.get("below") else score >= threshold) else "fail"
+    status = "pass" if passes(score, threshold, record.get("below", False)) else "fail"
     name = Path(record["script"]).stem + (f" ({record['variant']})" if record.get("variant") else "")
     return {
         **record,
@@ -396,7 +393,7 @@ def data_size(records: list[dict[str, Any]]) -> str:
     return f"{size / 1000:,.0f} kB"
 
 
-def page_images(records: list[dict[str, Any]], docs: Path) -> dict[str, str]:
+def page_images(records: list[dict[str, Any]]) -> dict[str, str]:
     """{env or "profile": the image's path relative to the page}: the names the page links."""
     envs = dict.fromkeys(r["env"] for r in records)
     images = {env: f"img/{IMAGE_PREFIX}curves_{env.replace('/', '-')}.png" for env in envs}
@@ -413,7 +410,7 @@ def write_results_doc(
     the page the data gives."""
     docs = folder.parent / f"{folder.name}.md"
     records = load_records(folder)
-    images = page_images(records, docs)
+    images = page_images(records)
     text = results_page(records, load_suite(suite), images, root)
     if check:
         if docs.is_file() and docs.read_text() == text:

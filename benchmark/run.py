@@ -329,6 +329,16 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 # =====================================================================================
 
 
+def entry_tag(script: str, env: str, variant: str = "") -> str:
+    """An entry's name in paths: ppo_jax_scan__CartPole-v1, ppo_rnn_jax__CartPole-v1__masked."""
+    return f"{Path(script).stem}__{env.replace('/', '-')}" + (f"__{variant}" if variant else "")
+
+
+def passes(score: float, threshold: float, below: bool) -> bool:
+    """Whether an IQM passes: it reaches the threshold, or for a contrast (`below`) stays under it."""
+    return score < threshold if below else score >= threshold
+
+
 def entry_flags(entry: Entry) -> list[str]:
     """The flags an entry runs its script with (`launch` adds --output-dir); benchmark/commands.py
     writes them, less the harness's own, as the commands of docs/commands.md."""
@@ -351,8 +361,7 @@ def entry_flags(entry: Entry) -> list[str]:
 
 def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     """Run one entry, read it back, and judge it against its threshold."""
-    tag = f"{Path(entry.script).stem}__{entry.env.replace('/', '-')}"  # brax/<name>: one path component
-    tag += f"__{entry.variant}" if entry.variant else ""
+    tag = entry_tag(entry.script, entry.env, entry.variant)
     from benchmark.results import algorithm_fingerprint  # benchmark/results.py imports this module
 
     flags = entry_flags(entry)
@@ -371,7 +380,7 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     if status == "ok" and len(seed_means) != entry.seeds:
         status, note = "crash", f"{len(seed_means)} run directories for {entry.seeds} seeds"
     if status == "ok":
-        status = "pass" if (score < entry.threshold if entry.below else score >= entry.threshold) else "fail"
+        status = "pass" if passes(score, entry.threshold, entry.below) else "fail"
     normalised = None
     if seed_means and entry.random_score is not None and not entry.below:  # random at 0, threshold at 1
         normalised = [normalise(x, entry.random_score, entry.threshold) for x in seed_means]
