@@ -214,7 +214,7 @@ class ReplayBuffer(NamedTuple):
 
 class Window(NamedTuple):
     """[RB-4] The last n steps of each env, oldest first: the n-step transition of the oldest is emitted
-    once the window holds n steps (then every step)."""
+    once the window holds n steps, from the run's n-th step on (then every step)."""
 
     obs: jax.Array  # [n, N, *obs_shape] the observation each step acted on
     action: jax.Array  # [n, N] int32
@@ -222,7 +222,6 @@ class Window(NamedTuple):
     terminated: jax.Array  # [n, N] bool: the episode truly ended at that step
     truncated: jax.Array  # [n, N] bool: the time limit cut it there
     next_obs: jax.Array  # [n, N, *obs_shape] the observation reached (the real final one where it ended)
-    filled: jax.Array  # [] int32: steps pushed, up to n
 
 
 class Hyperparameters(NamedTuple):
@@ -481,12 +480,13 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     # enters the buffer at the largest priority ([RB-2])
     push = lambda old, new: jnp.concatenate([old[1:], new[None].astype(old.dtype)])
     newest = (state.obs, action, env_step.reward, env_step.terminated, env_step.truncated, final_obs)
-    window = Window(*map(push, state.window[:-1], newest), jnp.minimum(state.window.filled + 1, args.n_step))
+    window = Window(*map(push, state.window, newest))
+    window_full = index + 1 >= args.n_step  # [] from the n-th step on; unbatched, as index is
     returns, discount, last = n_step_return(window.reward, window.terminated, window.truncated, args.gamma)
     next_obs = window.next_obs[last, jnp.arange(args.num_envs)]  # [N, *obs_shape]
     transition = Transition(window.obs[0], window.action[0], returns, discount, next_obs)  # [N]
     add = lambda buffer: buffer_add(buffer, transition, args.priority_exponent if args.prioritized else None)
-    buffer = jax.lax.cond(window.filled == args.n_step, add, lambda buffer: buffer, state.buffer)
+    buffer = jax.lax.cond(window_full, add, lambda buffer: buffer, state.buffer)
     episode_return, episode_length = state.episode_return + env_step.reward, state.episode_length + 1
     state = state._replace(
         buffer=buffer,
@@ -501,7 +501,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     # UPDATE NETWORK: past learning_starts and every train_frequency env steps ([RB-12] both count env steps)
     global_step = (index + 1) * args.num_envs
     learning = global_step > args.learning_starts
-    train_now = learning & (global_step % args.train_frequency == 0) & (state.buffer.size >= 1)
+    train_now = learning & (global_step % args.train_frequency == 0) & window_full  # the buffer is not empty
     no_gradient_step = lambda s, key, at: (s, jnp.asarray(jnp.nan), jnp.asarray(jnp.nan))
     gradient = functools.partial(gradient_step, setup)
     state, loss, q_mean = jax.lax.cond(train_now, gradient, no_gradient_step, state, sample_key, global_step)
@@ -670,7 +670,6 @@ def init_state(setup: Setup, key: jax.Array) -> RunnerState:
         zeros.astype(bool),
         zeros.astype(bool),
         jnp.zeros((n, *obs.shape), obs.dtype),
-        jnp.asarray(0, jnp.int32),
     )
     return RunnerState(
         params=params,
