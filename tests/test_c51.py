@@ -17,7 +17,6 @@ from _helpers import (
     ConstantRewardProbe,
     CountingProbe,
     assert_chunks_equal_one_program,
-    assert_gradient_step_stays_a_branch_under_vmap,
     probe_spec,
     tree_equal,
 )
@@ -268,10 +267,6 @@ def test_smoke_run_takes_gradient_steps_that_lower_the_loss_of_a_batch():
         state, loss, _q = gradient_step(state, jax.random.PRNGKey(0))
         losses.append(float(loss))
     assert not tree_equal(before, state.params) and losses[-1] < losses[0], losses
-
-
-def test_gradient_step_stays_a_branch_under_vmap():
-    assert_gradient_step_stays_a_branch_under_vmap(c51, tiny_args())
 
 
 @pytest.mark.slow  # the harness's chunks: ppo_jax_scan and dqn_jax by default; this state: its bitwise resume

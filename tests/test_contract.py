@@ -35,6 +35,7 @@ from _helpers import (
     exit_of_main,
     interrupt_after_compiling,
     load_script,
+    main_in_process,
     only_run_dir,
     read_events,
     read_jsonl,
@@ -695,7 +696,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     assert restored_iterations < uninterrupted[0][0]
 
 
-def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path):
+def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path, monkeypatch, capsys):
     """A finished run whose newest checkpoint is corrupt resumes from the one before and logs the
     last chunk again: metrics.jsonl keeps one row per step, and TensorBoard's reader hides the
     first session's events after the checkpoint (a SessionLog START at the resumed step). The
@@ -706,8 +707,7 @@ def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path):
     run_dir = only_run_dir(tmp_path)
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(b"not a checkpoint")
-    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir))
-    assert resumed.returncode == 0, resumed.stderr
+    main_in_process(load_script("ppo_jax_scan"), ["--resume", str(run_dir)], monkeypatch, capsys)
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2  # one file per session
     rows = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
     assert [p["global_step"] for p in rows] == list(range(64, 64 * 7, 64))  # one row per iteration
@@ -716,7 +716,7 @@ def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path):
     assert np.allclose([value for _, value in events], [p["losses/value_loss"] for p in rows])
 
 
-def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(tmp_path):
+def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(tmp_path, monkeypatch, capsys):
     """A user resumes a finished run to save its model. Its last chunk was short (7 iterations in
     chunks of 3), so its final checkpoint lies off the chunk grid: the resume must not run that
     chunk again. The checkpoint, eval.json and metrics.jsonl stay as they were, TensorBoard keeps
@@ -729,10 +729,9 @@ def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(tmp_path):
     run_dir = only_run_dir(tmp_path)
     files = ["eval.json", "metrics.jsonl", f"checkpoints/step_{64 * 7:012d}.msgpack"]
     before = {name: (run_dir / name).read_bytes() for name in files}
-    resumed = run_script("ppo_jax_scan", "--resume", str(run_dir), "--save-model")
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = main_in_process(module, ["--resume", str(run_dir), "--save-model"], monkeypatch, capsys)
     assert {name: (run_dir / name).read_bytes() for name in files} == before
-    assert "finished at step 448" in resumed.stdout and "compiled" not in resumed.stdout  # nothing trains
+    assert "finished at step 448" in resumed and "compiled" not in resumed  # nothing trains
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # nor logs
     for tag, points in read_events(run_dir).items():
         steps = [step for step, _ in points]

@@ -15,7 +15,6 @@ from _helpers import (
     NO_LEARNING,
     ConstantRewardProbe,
     CountingProbe,
-    assert_gradient_step_stays_a_branch_under_vmap,
     run_in_chunks,
     tree_equal,
 )
@@ -242,10 +241,6 @@ def test_train_shapes_under_jit_and_vmap(env_id, cnn):
     assert not np.allclose(metrics.td_loss[0, 1:], metrics.td_loss[1, 1:])  # independent seeds
     if cnn:  # 2 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
         assert state.params["params"]["Conv3x3_0"]["Dense_0"]["kernel"].shape == (2, 36, 16)
-
-
-def test_gradient_step_stays_a_branch_under_vmap():
-    assert_gradient_step_stays_a_branch_under_vmap(dqn, tiny_args())
 
 
 def test_chunked_run_equals_single_program():

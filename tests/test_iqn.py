@@ -21,7 +21,6 @@ from _helpers import (
     ProbeParams,
     ProbeState,
     assert_chunks_equal_one_program,
-    assert_gradient_step_stays_a_branch_under_vmap,
     probe_spec,
     train_setup,
     tree_equal,
@@ -358,10 +357,6 @@ def test_train_shapes_under_jit_and_vmap(env_id, cnn, qr_dqn):
     assert not np.allclose(metrics.loss[0, 1:], metrics.loss[1, 1:])  # independent seeds
     if cnn:  # 3 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
         assert state.params["params"]["Torso_0"]["Conv3x3_0"]["Dense_0"]["kernel"].shape == (3, 36, 16)
-
-
-def test_gradient_step_stays_a_branch_under_vmap():
-    assert_gradient_step_stays_a_branch_under_vmap(iqn, tiny_args())
 
 
 @pytest.mark.slow  # the harness's chunks: ppo_jax_scan and dqn_jax by default; this state: its bitwise resume

@@ -23,6 +23,7 @@ from _helpers import (
     exit_of_main,
     interrupt_after_compiling,
     load_script,
+    main_in_process,
     only_run_dir,
     read_events,
     run_script,
@@ -51,6 +52,36 @@ def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     swapped = train(algo.init(key)._replace(hyper=module.hyperparameters(other)))
     assert tree_equal(swapped, trainer(built)(built.init(key)))  # a flag read as a constant would differ
     assert not tree_equal(swapped, train(algo.init(key)))  # the values do reach the training
+
+
+def conds_in(jaxpr: Any) -> int:
+    """The lax.cond in a jaxpr, those inside scans, loops and other conds included."""
+    found = 0
+    for eqn in jaxpr.eqns:
+        found += eqn.primitive.name == "cond"
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, list | tuple) else [value]:
+                found += conds_in(sub.jaxpr) if isinstance(sub, jax.extend.core.ClosedJaxpr) else 0
+                found += conds_in(sub) if isinstance(sub, jax.extend.core.Jaxpr) else 0
+    return found
+
+
+REPLAY_SCRIPTS = [name for name in SCRIPTS if "--learning-starts" in " ".join(SCRIPTS[name].run)]
+
+
+@pytest.mark.parametrize("name", REPLAY_SCRIPTS)
+def test_a_skipped_gradient_step_is_skipped_also_when_seeds_train_together(name):
+    """A lax.cond whose condition differs between the vmapped seeds (a value of the state) becomes a
+    select that computes both branches every step: a gradient step every env step. Each cond of an
+    iteration stays one when the seeds are vmapped (rainbow_jax's multi-seed runs were 10x slower)."""
+    module = load_script(name)
+    algo = module.make_algorithm(module.parse_flags(SCRIPTS[name].run))
+    key, index = jax.random.PRNGKey(0), jnp.int32(0)
+    one_seed = jax.make_jaxpr(algo.iteration)(jax.eval_shape(algo.init, key), index)
+    seeds = jax.eval_shape(jax.vmap(algo.init), jax.random.split(key, 2))
+    two_seeds = jax.make_jaxpr(jax.vmap(algo.iteration, in_axes=(0, None)))(seeds, index)
+    one, two = conds_in(one_seed.jaxpr), conds_in(two_seeds.jaxpr)
+    assert one >= 1 and two == one, f"{one} lax.cond for one seed, {two} for two"
 
 
 PPO_TINY = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "640", "--num-chunks", "2",
@@ -124,7 +155,9 @@ def test_a_sweeps_run_equals_its_configuration_run_alone(name, tiny, tmp_path):
 
 
 @pytest.mark.slow  # 24 s: two programs, stopped and resumed; a stopped sweep resumes in test_faults (S1, S2)
-def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_exactly(tmp_path):
+def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_exactly(
+    tmp_path, monkeypatch, capsys
+):
     """hidden_size (static) x learning_rate (traced): two programs, one ranking of the four configurations.
     The same sweep stopped by SIGTERM in its first program and resumed ends bitwise as the uninterrupted."""
     module = load_script("ppo_jax_scan")
@@ -144,8 +177,7 @@ def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_
     stopped = run_dirs(tmp_path / "stopped")
     assert not any((d / "eval.json").exists() for d in stopped)
     resume = re.search(r"--resume (\S+)", out).group(1)
-    resumed = run_script("ppo_jax_scan", "--resume", resume)
-    assert resumed.returncode == 0, resumed.stderr
+    main_in_process(module, ["--resume", resume], monkeypatch, capsys)
     expected, got = final_states(module, tmp_path / "whole"), final_states(module, tmp_path / "stopped")
     assert expected.keys() == got.keys() and len(got) == 4
     for run in expected:
