@@ -696,37 +696,45 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     assert restored_iterations < uninterrupted[0][0]
 
 
-def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(tmp_path, monkeypatch, capsys):
+@pytest.fixture(scope="module")
+def a_finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """7 iterations in chunks of 3, 3 and 1, evaluated every 192 env steps; each test resumes a copy.
+    Its last chunk is short, so its final checkpoint lies off the chunk grid."""
+    out = tmp_path_factory.mktemp("finished")
+    budget = flags(num_envs=4, num_steps=16, total_timesteps=64 * 7, num_chunks=3, eval_episodes=3)
+    first = run_script("ppo_jax_scan", *budget, "--eval-frequency", "192", "--output-dir", str(out))
+    assert first.returncode == 0, first.stderr
+    return only_run_dir(out)
+
+
+def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(
+    a_finished_run, tmp_path, monkeypatch, capsys
+):
     """A finished run whose newest checkpoint is corrupt resumes from the one before and logs the
     last chunk again: metrics.jsonl keeps one row per step, and TensorBoard's reader hides the
     first session's events after the checkpoint (a SessionLog START at the resumed step). The
     harness is the same in every script: one suffices."""
-    budget = flags(num_envs=4, num_steps=16, total_timesteps=64 * 6, num_chunks=3, eval_episodes=2)
-    first = run_script("ppo_jax_scan", *budget, "--output-dir", str(tmp_path))
-    assert first.returncode == 0, first.stderr
-    run_dir = only_run_dir(tmp_path)
+    run_dir = Path(shutil.copytree(a_finished_run, tmp_path / a_finished_run.name))
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(b"not a checkpoint")
     main_in_process(load_script("ppo_jax_scan"), ["--resume", str(run_dir)], monkeypatch, capsys)
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2  # one file per session
     rows = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
-    assert [p["global_step"] for p in rows] == list(range(64, 64 * 7, 64))  # one row per iteration
+    assert [p["global_step"] for p in rows] == list(range(64, 64 * 8, 64))  # one row per iteration
     events = read_events(run_dir)["losses/value_loss"]
     assert [step for step, _ in events] == [p["global_step"] for p in rows]
     assert np.allclose([value for _, value in events], [p["losses/value_loss"] for p in rows])
 
 
-def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(tmp_path, monkeypatch, capsys):
-    """A user resumes a finished run to save its model. Its last chunk was short (7 iterations in
-    chunks of 3), so its final checkpoint lies off the chunk grid: the resume must not run that
-    chunk again. The checkpoint, eval.json and metrics.jsonl stay as they were, TensorBoard keeps
-    one point per step, and the model written evaluates as eval.json did. The harness is the
-    same in every script: one suffices."""
+def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(
+    a_finished_run, tmp_path, monkeypatch, capsys
+):
+    """A user resumes a finished run to save its model. Its final checkpoint lies off the chunk grid:
+    the resume must not run that chunk again. The checkpoint, eval.json and metrics.jsonl stay as
+    they were, TensorBoard keeps one point per step, and the model written evaluates as eval.json
+    did. The harness is the same in every script: one suffices."""
     module = load_script("ppo_jax_scan")
-    budget = flags(num_envs=4, num_steps=16, total_timesteps=64 * 7, num_chunks=3, eval_episodes=3)
-    first = run_script("ppo_jax_scan", *budget, "--eval-frequency", "192", "--output-dir", str(tmp_path))
-    assert first.returncode == 0, first.stderr
-    run_dir = only_run_dir(tmp_path)
+    run_dir = Path(shutil.copytree(a_finished_run, tmp_path / a_finished_run.name))
     files = ["eval.json", "metrics.jsonl", f"checkpoints/step_{64 * 7:012d}.msgpack"]
     before = {name: (run_dir / name).read_bytes() for name in files}
     resumed = main_in_process(module, ["--resume", str(run_dir), "--save-model"], monkeypatch, capsys)

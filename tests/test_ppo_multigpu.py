@@ -1,11 +1,11 @@
 """Tests of vibe_rl/ppo_multigpu.py: the minibatch layout, the parts it shares with ppo_jax_scan.py,
-1 device == 4 devices (replicated and --fsdp), a 2x2 mesh of seeds x data == seeds on 1x4, the
+1 device == 4 devices (replicated; and with -m slow, --fsdp and a 2x2 mesh of seeds x data), the
 compiled chunk's collectives, two processes, --target-kl, learning. What every script
 guarantees on the command line (bad input, resume, run directory, ...) is in test_contract.py.
 
 Several devices on a CPU need XLA_FLAGS=--xla_force_host_platform_device_count=N set before jax
 is imported, so those tests run this file as a worker in a subprocess:
-    XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/test_ppo_multigpu.py OUT_DIR
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/test_ppo_multigpu.py OUT_DIR VARIANT...
 """
 
 from __future__ import annotations
@@ -126,10 +126,10 @@ def minibatch_locality(num_devices: int) -> dict[str, np.ndarray]:
     }
 
 
-def worker(out_dir: str) -> None:
+def worker(out_dir: str, *variants: str) -> None:
     assert jax.device_count() == 4
     results = {}
-    for name in VARIANTS:
+    for name in variants:
         for key, value in train_on(Path(out_dir) / name, name).items():
             results[f"{name}/{key}"] = value
     for key, value in minibatch_locality(4).items():
@@ -137,12 +137,10 @@ def worker(out_dir: str) -> None:
     np.savez(Path(out_dir) / "results.npz", **results)
 
 
-@pytest.fixture(scope="module")
-def four_devices(tmp_path_factory) -> Path:
-    """The worker's output directory: results.npz and {variant}/{variant}.hlo.txt."""
-    out = tmp_path_factory.mktemp("four_devices")
+def on_four_devices(out: Path, *variants: str) -> dict[str, np.ndarray]:
+    """The worker's results.npz, each variant's {variant}/{variant}.hlo.txt beside it in out."""
     result = subprocess.run(
-        [sys.executable, __file__, str(out)],
+        [sys.executable, __file__, str(out), *variants],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -150,7 +148,24 @@ def four_devices(tmp_path_factory) -> Path:
         env=FOUR_DEVICES,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return dict(np.load(out / "results.npz"))
+
+
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory) -> Path:
+    """One device against four (each variant compiles its own chunk: 5 s here; the 2x2 mesh and
+    --fsdp, two more, run with -m slow)."""
+    out = tmp_path_factory.mktemp("four_devices")
+    on_four_devices(out, "d1", "d4")
     return out
+
+
+def assert_trains_as_one_device(r: dict[str, np.ndarray], variant: str, seeds: slice = slice(None)) -> None:
+    names = [k.split("/", 1)[1] for k in r if k.startswith("d1/")]
+    assert any(n.startswith("param_") for n in names) and r["d1/value_loss"].shape == (2, 3)
+    for name in names:
+        close = dict(rtol=1e-5, atol=1e-6, err_msg=f"{variant}: {name}")
+        np.testing.assert_allclose(r[f"{variant}/{name}"], r[f"d1/{name}"][seeds], **close)
 
 
 # --- the minibatch layout, the shuffle group, fsdp ---------------------------------------
@@ -276,17 +291,21 @@ def test_target_kl_logs_the_last_epoch_that_ran():
 # --- four devices: the same numbers, local minibatches, one all-reduce -----------------
 
 
-def test_a_seed_trains_the_same_on_one_device_four_devices_and_a_2x2_mesh(four_devices):
+def test_a_seed_trains_the_same_on_one_device_and_four_devices(four_devices):
     r = dict(np.load(four_devices / "results.npz"))
-    names = [k.split("/", 1)[1] for k in r if k.startswith("d1/")]
-    assert any(n.startswith("param_") for n in names) and r["d1/value_loss"].shape == (2, 3)
     assert np.isfinite(r["d1/value_loss"]).all()
-    for name in names:
-        close = dict(rtol=1e-5, atol=1e-6, err_msg=name)
-        np.testing.assert_allclose(r[f"d4/{name}"], r[f"d1/{name}"], **close)
-        np.testing.assert_allclose(r[f"mesh2x2/{name}"], r[f"d1/{name}"], **close)
-        np.testing.assert_allclose(r[f"d4_fsdp/{name}"], r[f"d1/{name}"][:1], **close)  # seed 1
+    assert_trains_as_one_device(r, "d4")
     assert not np.allclose(r["d1/value_loss"][0], r["d1/value_loss"][1])  # two different seeds
+
+
+@pytest.mark.slow  # 15 s: two more chunks compiled for 4 devices
+def test_a_2x2_mesh_and_fsdp_train_as_one_device_with_their_collectives(tmp_path):
+    r = on_four_devices(tmp_path, "d1", "mesh2x2", "d4_fsdp")
+    assert_trains_as_one_device(r, "mesh2x2")
+    assert_trains_as_one_device(r, "d4_fsdp", slice(0, 1))  # seed 1
+    assert_one_all_reduce_per_minibatch_step(tmp_path / "mesh2x2" / "mesh2x2.hlo.txt")
+    found_fsdp = collectives_per_computation((tmp_path / "d4_fsdp" / "d4_fsdp.hlo.txt").read_text())
+    assert any("all-gather" in ops for ops in found_fsdp.values())  # fsdp gathers parameters
 
 
 def test_minibatches_stay_on_their_device(four_devices):
@@ -298,19 +317,20 @@ def test_minibatches_stay_on_their_device(four_devices):
     assert json.loads(str(r["local/collectives"])) == {}, "dealing the minibatches moved data"
 
 
+def assert_one_all_reduce_per_minibatch_step(hlo: Path) -> None:
+    found = collectives_per_computation(hlo.read_text())
+    gradient_steps = {c: ops for c, ops in found.items() if any("[gradient]" in op for op in ops)}
+    assert len(gradient_steps) == 1, found  # the minibatch step's body
+    (ops,) = gradient_steps.values()
+    assert ops == ["all-reduce [gradient]"], ops  # all gradient leaves (and metrics) in one
+    all_ops = [op.split()[0] for ops in found.values() for op in ops]
+    assert set(all_ops) == {"all-reduce"}, all_ops  # replicated: no all-gather anywhere
+
+
 def test_compiled_chunk_has_one_all_reduce_per_minibatch_step(four_devices):
-    for name in ("d4", "mesh2x2"):
-        found = collectives_per_computation((four_devices / name / f"{name}.hlo.txt").read_text())
-        gradient_steps = {c: ops for c, ops in found.items() if any("[gradient]" in op for op in ops)}
-        assert len(gradient_steps) == 1, found  # the minibatch step's body
-        (ops,) = gradient_steps.values()
-        assert ops == ["all-reduce [gradient]"], ops  # all gradient leaves (and metrics) in one
-        all_ops = [op.split()[0] for ops in found.values() for op in ops]
-        assert set(all_ops) == {"all-reduce"}, all_ops  # replicated: no all-gather anywhere
+    assert_one_all_reduce_per_minibatch_step(four_devices / "d4" / "d4.hlo.txt")
     found_1 = collectives_per_computation((four_devices / "d1" / "d1.hlo.txt").read_text())
     assert found_1 == {}, "seeds on their own devices must compile without collectives"
-    found_fsdp = collectives_per_computation((four_devices / "d4_fsdp" / "d4_fsdp.hlo.txt").read_text())
-    assert any("all-gather" in ops for ops in found_fsdp.values())  # fsdp gathers parameters
 
 
 # --- two processes ----------------------------------------------------------------------
@@ -381,4 +401,4 @@ def test_default_cli_solves_cartpole(tmp_path):
 
 
 if __name__ == "__main__":
-    worker(sys.argv[1])
+    worker(*sys.argv[1:])
