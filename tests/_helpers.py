@@ -132,9 +132,10 @@ def exit_of_main(module: ModuleType, flags: list[str], monkeypatch: Any, capsys:
 
 
 def main_in_process(module: ModuleType, flags: list[str], monkeypatch: Any, capsys: Any) -> str:
-    """Call a script's main() with FLAGS as its command line, in this process: what a resume that
-    tests no signal, exit status or new process costs without starting Python and the imports
-    again (~2.5 s a run). Its stdout; a failure raises."""
+    """Call a script's main() with FLAGS as its command line, in this process: a resume that tests
+    no signal, exit status or new process, without starting Python and the imports again (~2.5 s a
+    run). Its stdout; a failure raises. This process's JAX keeps the devices it started with: a run
+    whose bits depend on its layout on the devices needs a process of its own."""
     monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags, *session_cache()])
     monkeypatch.setenv("WANDB_MODE", "offline")  # as in the processes the tests start
     module.main()

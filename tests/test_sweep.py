@@ -23,7 +23,6 @@ from _helpers import (
     exit_of_main,
     interrupt_after_compiling,
     load_script,
-    main_in_process,
     only_run_dir,
     read_events,
     run_script,
@@ -155,9 +154,7 @@ def test_a_sweeps_run_equals_its_configuration_run_alone(name, tiny, tmp_path):
 
 
 @pytest.mark.slow  # 24 s: two programs, stopped and resumed; a stopped sweep resumes in test_faults (S1, S2)
-def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_exactly(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_exactly(tmp_path):
     """hidden_size (static) x learning_rate (traced): two programs, one ranking of the four configurations.
     The same sweep stopped by SIGTERM in its first program and resumed ends bitwise as the uninterrupted."""
     module = load_script("ppo_jax_scan")
@@ -177,7 +174,8 @@ def test_a_static_flag_compiles_a_program_per_value_and_a_stopped_sweep_resumes_
     stopped = run_dirs(tmp_path / "stopped")
     assert not any((d / "eval.json").exists() for d in stopped)
     resume = re.search(r"--resume (\S+)", out).group(1)
-    main_in_process(module, ["--resume", resume], monkeypatch, capsys)
+    resumed = run_script("ppo_jax_scan", "--resume", resume)  # a process: its runs' 2 devices, as stopped
+    assert resumed.returncode == 0, resumed.stderr
     expected, got = final_states(module, tmp_path / "whole"), final_states(module, tmp_path / "stopped")
     assert expected.keys() == got.keys() and len(got) == 4
     for run in expected:
