@@ -156,8 +156,6 @@ NOT_YET_MEASURED = {
     "ppo_jax_scan__brax-reacher",
     "dqn_jax__Breakout-MinAtar",
     "c51_jax__Breakout-MinAtar",
-    "iqn_jax__CartPole-v1",
-    "iqn_jax__CartPole-v1__qr-dqn",
     "sac_jax__brax-inverted_pendulum",
     "sac_jax__brax-reacher",
     "sac_jax__brax-hopper",
