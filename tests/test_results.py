@@ -159,7 +159,6 @@ NOT_YET_MEASURED = {
     "sac_jax__brax-inverted_pendulum",
     "sac_jax__brax-reacher",
     "sac_jax__brax-hopper",
-    "td3_jax__brax-inverted_pendulum",
     "ppo_jax_scan__craftax-Craftax-Symbolic-v1",
     "ppo_rnn_jax__craftax-Craftax-Symbolic-v1",
     "ppo_jax_scan__craftax-Craftax-Classic-Symbolic-v1",
