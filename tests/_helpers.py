@@ -142,6 +142,12 @@ def main_in_process(module: ModuleType, flags: list[str], monkeypatch: Any, caps
     return capsys.readouterr().out
 
 
+def copy_of_run(template: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run made once by a fixture: a test may move or change it (a resume writes
+    where the run lies)."""
+    return Path(shutil.copytree(template, tmp_path / template.name))
+
+
 def only_run_dir(output_dir: Path) -> Path:
     (run_dir,) = [p for p in output_dir.iterdir() if p.is_dir()]
     return run_dir

@@ -32,6 +32,7 @@ import pytest
 from _helpers import (
     ROOT,
     check_gif,
+    copy_of_run,
     exit_of_main,
     interrupt_after_compiling,
     load_script,
@@ -714,7 +715,7 @@ def test_a_run_resumed_from_an_older_checkpoint_logs_each_step_once(
     last chunk again: metrics.jsonl keeps one row per step, and TensorBoard's reader hides the
     first session's events after the checkpoint (a SessionLog START at the resumed step). The
     harness is the same in every script: one suffices."""
-    run_dir = Path(shutil.copytree(a_finished_run, tmp_path / a_finished_run.name))
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
     newest.write_bytes(b"not a checkpoint")
     main_in_process(load_script("ppo_jax_scan"), ["--resume", str(run_dir)], monkeypatch, capsys)
@@ -734,7 +735,7 @@ def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(
     they were, TensorBoard keeps one point per step, and the model written evaluates as eval.json
     did. The harness is the same in every script: one suffices."""
     module = load_script("ppo_jax_scan")
-    run_dir = Path(shutil.copytree(a_finished_run, tmp_path / a_finished_run.name))
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     files = ["eval.json", "metrics.jsonl", f"checkpoints/step_{64 * 7:012d}.msgpack"]
     before = {name: (run_dir / name).read_bytes() for name in files}
     resumed = main_in_process(module, ["--resume", str(run_dir), "--save-model"], monkeypatch, capsys)

@@ -9,7 +9,6 @@ import errno
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 from _helpers import (
     ROOT,
+    copy_of_run,
     exit_of_main,
     interrupt_after_compiling,
     load_script,
@@ -55,11 +55,6 @@ def a_finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_script("ppo_jax_scan", *budget(6, 3), "--output-dir", str(out))
     assert result.returncode == 0, result.stderr
     return only_run_dir(out)
-
-
-def finished_run(template: Path, tmp_path: Path) -> Path:
-    """A copy of the finished run: a run directory may be moved (its resume writes where it lies)."""
-    return Path(shutil.copytree(template, tmp_path / template.name))
 
 
 # --- D1: absurd sizes are refused in one line, before compiling, naming the flag ----------------
@@ -156,7 +151,7 @@ def test_four_runs_launched_together_into_one_directory_all_finish(tmp_path):
 
 # --- D3, D4: metrics.jsonl survives a torn line and a kill during its rewrite ------------------
 def test_a_half_written_metrics_line_does_not_block_a_resume(a_finished_run, tmp_path, monkeypatch, capsys):
-    run_dir = finished_run(a_finished_run, tmp_path)
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[
         -1
     ].unlink()  # the newest: the run redoes a chunk
@@ -170,7 +165,7 @@ def test_a_half_written_metrics_line_does_not_block_a_resume(a_finished_run, tmp
 def test_metrics_are_rewritten_atomically_on_resume(a_finished_run, tmp_path, monkeypatch):
     """A kill while a resume rewrites metrics.jsonl leaves the old file whole: the rewrite goes to a
     temporary file that is renamed into place."""
-    module, run_dir = load_script("ppo_jax_scan"), finished_run(a_finished_run, tmp_path)
+    module, run_dir = load_script("ppo_jax_scan"), copy_of_run(a_finished_run, tmp_path)
     before = (run_dir / "metrics.jsonl").read_bytes()
 
     def killed_before_the_rename(path: Path, data: bytes) -> None:
@@ -290,7 +285,7 @@ def test_a_corrupt_or_foreign_args_json_is_refused_in_one_line(
 
 
 def test_another_script_s_run_is_refused_by_name(a_finished_run, tmp_path, capsys, monkeypatch):
-    run_dir = finished_run(a_finished_run, tmp_path)
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     code, err = exit_of_main(load_script("dqn_jax"), ["--resume", str(run_dir)], monkeypatch, capsys)
     assert code == 2 and "a run of ppo_jax_scan.py, not dqn_jax.py" in err and err.count("\n") == 1, err
 
@@ -299,7 +294,7 @@ def test_another_script_s_run_is_refused_by_name(a_finished_run, tmp_path, capsy
 def test_a_flipped_byte_in_a_checkpoint_is_detected_and_the_one_before_used(
     a_finished_run, tmp_path, monkeypatch, capsys
 ):
-    run_dir = finished_run(a_finished_run, tmp_path)
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     newest = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))[-1]
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit, mid-file: msgpack alone would load it
@@ -375,7 +370,7 @@ def test_evaluate_saved_model_reproduces_eval_json_to_the_bit(name, flags, tmp_p
 
 # --- R9: resuming a finished run with --track logs nothing new to wandb -----------------------------
 def test_a_finished_run_resumed_with_track_makes_no_wandb_run(a_finished_run, tmp_path, monkeypatch, capsys):
-    run_dir = finished_run(a_finished_run, tmp_path)
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     main_in_process(load_script("ppo_jax_scan"), ["--resume", str(run_dir), "--track"], monkeypatch, capsys)
     assert not (run_dir / "wandb").exists()
 
@@ -513,7 +508,7 @@ def test_s7_the_messages_say_what_happened(a_finished_run, tmp_path, capsys, mon
     module = load_script("ppo_jax_scan")
     code, err = exit_of_main(module, ["--sweep", "learning_rate=1e-4,", "1e-3"], monkeypatch, capsys)
     assert code == 2 and "a space split the list" in err, err
-    run_dir = finished_run(a_finished_run, tmp_path)
+    run_dir = copy_of_run(a_finished_run, tmp_path)
     for path in (run_dir / "args.json", run_dir):  # args.json itself: its run
         assert "nothing to train" in main_in_process(module, ["--resume", str(path)], monkeypatch, capsys)
     code, err = exit_of_main(
