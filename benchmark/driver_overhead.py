@@ -62,7 +62,7 @@ def cases(cli: argparse.Namespace) -> list[tuple[Case, int]]:
         dict(
             total_timesteps=cli.dqn_steps,
             buffer_size=1_000_000,
-            learning_starts=10_000,
+            learning_starts=min(10_000, cli.dqn_steps // 2),  # a short run (gpu.sh's smoke) still learns
             num_chunks=cli.num_chunks,
         ),
     )

@@ -16,29 +16,30 @@
 # own packages are used. A smoke run with GPU_INSTALL=1 and a Python 3.12 venv holding jax 0.11.2
 # and the GPU image's other packages checks the wheels install and import (docs/gpu.md).
 #
-# Steps, run in this order: a, o, e, i, k, c, h, b, d, f, g, j, l, n, m (GPU_STEPS=a,b,... picks some;
-# default all):
+# Steps, in the order they run, the most wanted first, so that the deadline cuts the least wanted
+# (GPU_STEPS=a,b,... picks some; default a, b, c, d, e, f, g, h, i, j, k and o):
 #   a  device check, wheel install, import check
 #   o  the driver's host work per chunk (python -m benchmark.driver_overhead): PPO CartPole at 1, 8,
-#      64 and 256 seeds, DQN's 1M buffer at 1 and 8, against the chunk's compute
-#   e  pqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 500k steps
-#   i  dqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 200k steps
-#   k  ppo_jax_scan Breakout-MinAtar, the suite's CNN config, 10M steps, 3 seeds, evaluated every 2M
+#      64 and 256 seeds, DQN's 1M buffer at 1 and 8, against the chunk's compute (GPU_O_FLAGS, e.g.
+#      "--num-seeds 1,64 --dqn-seeds 1", picks fewer)
 #   c  ppo_jax_scan vs PureJaxRL ppo.py, CartPole-v1, 2048 / 8192 / 4 envs (GPU_C_ENVS; interleaved)
+#   d  seeds in one program (--num-seeds 8, 64; 1 is step c's 4-env pair), ours and PureJaxRL's
 #   h  ppo_jax_scan brax/hopper at Brax's published PPO config (2048 envs x 160 steps per update),
 #      then Brax's own ppo.train at that config and budget (benchmark/peers/brax_train.py)
-#   b  raw gymnax ceiling, CartPole-v1, 4 / 2048 / 8192 envs
-#   d  seeds in one program (--num-seeds 8, 64; 1 is step c's 4-env pair), ours and PureJaxRL's
-#   f  sac_jax and td3_jax, Pendulum-v1, the suite's config
-#   g  ppo_multigpu (replicated, then --fsdp) at 2048 envs, step c's 2048-env config, one GPU
-#   j  the evaluation compiled in a thread beside the chunks (the scripts) against compiled before
-#      them (a patched copy), CartPole 2048 envs, whole process with an empty cache, interleaved
+#   m  a sweep of 16 configurations x 4 seeds of PPO-CNN on Breakout-MinAtar (1M steps a run),
+#      against one run of one configuration and one seed (64 single runs' estimate: 64 x its time)
 #   l  Craftax-1M: ppo_jax_scan and ppo_rnn_jax on craftax/Craftax-Symbolic-v1, 5 seeds each, the
 #      suite's 1M entries, then Craftax_Baselines' ppo.py and ppo_rnn.py at the same config, 5 repeats
 #   n  Craftax-Symbolic-v1 for 10M steps at Craftax_Baselines' default config (1024 envs x 64
 #      steps), ppo_jax_scan and ppo_rnn_jax, one seed each, then Craftax_Baselines' ppo.py
-#   m  a sweep of 16 configurations x 4 seeds of PPO-CNN on Breakout-MinAtar (1M steps a run),
-#      against one run of one configuration and one seed (64 single runs' estimate: 64 x its time)
+#   e  pqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 500k steps
+#   i  dqn_jax Breakout-MinAtar, the suite's config and budget, 3 seeds, evaluated every 200k steps
+#   k  ppo_jax_scan Breakout-MinAtar, the suite's CNN config, 10M steps, 3 seeds, evaluated every 2M
+#   b  raw gymnax ceiling, CartPole-v1, 4 / 2048 / 8192 envs
+#   f  sac_jax and td3_jax, Pendulum-v1, the suite's config
+#   g  ppo_multigpu (replicated, then --fsdp) at 2048 envs, step c's 2048-env config, one GPU
+#   j  the evaluation compiled in a thread beside the chunks (the scripts) against compiled before
+#      them (a patched copy), CartPole 2048 envs, whole process with an empty cache, interleaved
 # The Breakout steps (e, i, k) give the wall time to the suite's bar: the progress lines with an
 # evaluation are kept in summary.txt, each with the seconds since training began.
 #
@@ -231,7 +232,72 @@ print("peers: jax", jax.__version__, "gymnax", m.version("gymnax"), "distrax", m
 
 # -------------------------------------------- o: the driver's host work between chunks --
 run_step o driver_overhead 240 ours "$PY" -m benchmark.driver_overhead --ppo-steps "$TSEEDS" \
-    --dqn-steps "$TDQN_BUFFER"
+    --dqn-steps "$TDQN_BUFFER" ${GPU_O_FLAGS:-}
+
+# ------------------------------------------------------ c: ours vs PureJaxRL, CartPole --
+for n in ${GPU_C_ENVS:-2048 8192 4}; do
+    case $n in 4) t=$T4 lim=90 ;; 2048) t=$T2048 lim=90 ;; 8192) t=$T8192 lim=120 ;; esac
+    run_step c "ppo_scan_${n}env" "$lim" ours "$PY" vibe_rl/ppo_jax_scan.py $CARTPOLE --num-envs "$n" \
+        --total-timesteps "$t" --output-dir "$RUNS" --exp-name "ppo_scan_${n}env"
+    run_step c "purejaxrl_${n}env" "$lim" peers "$PEERS_PY" benchmark/peers/purejaxrl_ppo.py $CARTPOLE \
+        --num-envs "$n" --total-timesteps "$t" --output-dir "$RUNS" --exp-name "purejaxrl_${n}env"
+done
+
+# --------------------------------------------------------- d: seeds in one program --
+# --num-seeds 1 at 4 envs and 250k steps is step c's 4-env pair (the same commands).
+for s in ${GPU_SEEDS:-8 64}; do
+    run_step d "ppo_scan_${s}seeds" 90 ours "$PY" vibe_rl/ppo_jax_scan.py $CARTPOLE --num-envs 4 \
+        --total-timesteps "$TSEEDS" --num-seeds "$s" --output-dir "$RUNS" --exp-name "ppo_scan_${s}seeds"
+    run_step d "purejaxrl_${s}seeds" 90 peers "$PEERS_PY" benchmark/peers/purejaxrl_ppo.py $CARTPOLE \
+        --num-envs 4 --total-timesteps "$TSEEDS" --num-seeds "$s" --output-dir "$RUNS" --exp-name "purejaxrl_${s}seeds"
+done
+
+# ---------------------------------------------------------------- h: Brax hopper, PPO --
+# Brax's published hopper PPO config (brax_train.py's ("ppo", "hopper"); suite.toml's brax/hopper
+# entry is it at 128 envs): 2048 envs, 16 minibatches of 1024 unrolls of 20 steps (2048 x 160 per
+# update), 4 epochs, lr 3e-4 constant, clip 0.3, entropy 0.01, no value or gradient clipping.
+# Then Brax's own ppo.train at that config (its default for hopper) and budget, two evaluations.
+run_step h brax_hopper 200 ours "$PY" vibe_rl/ppo_jax_scan.py --env-id brax/hopper --total-timesteps "$TBRAX" \
+    --num-envs "$BRAX_ENVS" --num-steps 160 --num-minibatches 16 --update-epochs 4 --learning-rate 3e-4 \
+    --no-anneal-lr --gamma 0.99 --gae-lambda 0.95 --ent-coef 0.01 --clip-coef 0.3 --no-clip-vloss \
+    --max-grad-norm 1e9 --normalize-obs --normalize-reward --output-dir "$RUNS" --exp-name brax_hopper
+run_step h brax_own_ppo_hopper 200 ours "$PY" benchmark/peers/brax_train.py --algo ppo --env-id brax/hopper \
+    --total-timesteps "$TBRAX" --num-envs "$BRAX_ENVS" "${BRAX_OWN[@]}" --eval-points 2 --output-dir "$RUNS" --exp-name brax_own_hopper
+
+# ---------------------------------------------- m: a sweep, PPO-CNN on Breakout-MinAtar --
+BREAKOUT_CNN="--env-id Breakout-MinAtar --num-envs 64 --num-steps 128 --num-minibatches 8 --network cnn
+    --hidden-size 128 --total-timesteps $TSWEEP"
+run_step m sweep_16x4 240 ours "$PY" vibe_rl/ppo_jax_scan.py $BREAKOUT_CNN --num-seeds 4 \
+    --sweep learning-rate=3e-4,1e-3 ent-coef=0.01,0.02 clip-coef=0.1,0.2 gae-lambda=0.9,0.95 \
+    --output-dir "$RUNS" --exp-name sweep_16x4
+run_step m sweep_one_run 120 ours "$PY" vibe_rl/ppo_jax_scan.py $BREAKOUT_CNN --learning-rate 1e-3 \
+    --ent-coef 0.02 --output-dir "$RUNS" --exp-name sweep_one_run
+
+# ------------------------------------------------ l: Craftax-1M, ours and Craftax_Baselines --
+# The suite's Craftax-1M entries (benchmark/suite.toml): the paper's 1M config, 256 envs x 16 steps,
+# lr 3e-4, and Craftax_Baselines' values for the rest. Their files at the same config: 5 repeats
+# (their jit(vmap(train)) over 5 keys), as our 5 seeds are one program.
+CRAFTAX_1M="--env-id craftax/Craftax-Symbolic-v1 --num-envs 256 --num-steps 16 --learning-rate 3e-4
+    --num-minibatches 8 --update-epochs 4 --gae-lambda 0.8 --max-grad-norm 1.0 --ent-coef 0.01 --hidden-size 512"
+run_step l craftax1m_ppo 240 ours "$PY" vibe_rl/ppo_jax_scan.py $CRAFTAX_1M --total-timesteps "$TCRAFTAX" \
+    --num-seeds 5 --output-dir "$RUNS" --exp-name craftax1m_ppo
+run_step l craftax1m_ppo_rnn 240 ours "$PY" vibe_rl/ppo_rnn_jax.py $CRAFTAX_1M --total-timesteps "$TCRAFTAX" \
+    --num-seeds 5 --output-dir "$RUNS" --exp-name craftax1m_ppo_rnn
+for rnn in "" --rnn; do
+    VIBE_RL_PEERS_PYTHON=$PY run_step l "craftax_baselines_1m${rnn:+_rnn}" 240 ours "$PY" \
+        benchmark/peers/craftax_baselines.py --env-name Craftax-Symbolic-v1 --total-timesteps "$TCRAFTAX" \
+        --num-envs 256 --seeds 1 --num-repeats 5 $rnn -- --num_steps 16 --lr 3e-4
+done
+
+# ------------------------------------------------------------- n: Craftax-Symbolic-v1, 10M --
+CRAFTAX_10M="--env-id craftax/Craftax-Symbolic-v1 --num-envs 1024 --num-steps 64 --learning-rate 2e-4
+    --num-minibatches 8 --update-epochs 4 --gae-lambda 0.8 --max-grad-norm 1.0 --ent-coef 0.01 --hidden-size 512"
+run_step n craftax10m_ppo 240 ours "$PY" vibe_rl/ppo_jax_scan.py $CRAFTAX_10M --total-timesteps "$TCRAFTAX10" \
+    --output-dir "$RUNS" --exp-name craftax10m_ppo
+run_step n craftax10m_ppo_rnn 240 ours "$PY" vibe_rl/ppo_rnn_jax.py $CRAFTAX_10M --total-timesteps "$TCRAFTAX10" \
+    --output-dir "$RUNS" --exp-name craftax10m_ppo_rnn
+VIBE_RL_PEERS_PYTHON=$PY run_step n craftax_baselines_10m 240 ours "$PY" benchmark/peers/craftax_baselines.py \
+    --env-name Craftax-Symbolic-v1 --total-timesteps "$TCRAFTAX10" --num-envs 1024 --seeds 1
 
 # ----------------------------------------------------- e: PQN, Breakout-MinAtar (suite) --
 run_step e pqn_breakout 150 ours "$PY" vibe_rl/pqn_jax.py --env-id Breakout-MinAtar --total-timesteps "$TPQN" \
@@ -253,39 +319,9 @@ run_step k ppo_cnn_breakout 180 ours "$PY" vibe_rl/ppo_jax_scan.py --env-id Brea
     --num-minibatches 8 --learning-rate 1e-3 --ent-coef 0.02 --network cnn --hidden-size 128 \
     --output-dir "$RUNS" --exp-name ppo_cnn_breakout
 
-# ------------------------------------------------------ c: ours vs PureJaxRL, CartPole --
-for n in ${GPU_C_ENVS:-2048 8192 4}; do
-    case $n in 4) t=$T4 lim=90 ;; 2048) t=$T2048 lim=90 ;; 8192) t=$T8192 lim=120 ;; esac
-    run_step c "ppo_scan_${n}env" "$lim" ours "$PY" vibe_rl/ppo_jax_scan.py $CARTPOLE --num-envs "$n" \
-        --total-timesteps "$t" --output-dir "$RUNS" --exp-name "ppo_scan_${n}env"
-    run_step c "purejaxrl_${n}env" "$lim" peers "$PEERS_PY" benchmark/peers/purejaxrl_ppo.py $CARTPOLE \
-        --num-envs "$n" --total-timesteps "$t" --output-dir "$RUNS" --exp-name "purejaxrl_${n}env"
-done
-
-# ---------------------------------------------------------------- h: Brax hopper, PPO --
-# Brax's published hopper PPO config (brax_train.py's ("ppo", "hopper"); suite.toml's brax/hopper
-# entry is it at 128 envs): 2048 envs, 16 minibatches of 1024 unrolls of 20 steps (2048 x 160 per
-# update), 4 epochs, lr 3e-4 constant, clip 0.3, entropy 0.01, no value or gradient clipping.
-# Then Brax's own ppo.train at that config (its default for hopper) and budget, two evaluations.
-run_step h brax_hopper 200 ours "$PY" vibe_rl/ppo_jax_scan.py --env-id brax/hopper --total-timesteps "$TBRAX" \
-    --num-envs "$BRAX_ENVS" --num-steps 160 --num-minibatches 16 --update-epochs 4 --learning-rate 3e-4 \
-    --no-anneal-lr --gamma 0.99 --gae-lambda 0.95 --ent-coef 0.01 --clip-coef 0.3 --no-clip-vloss \
-    --max-grad-norm 1e9 --normalize-obs --normalize-reward --output-dir "$RUNS" --exp-name brax_hopper
-run_step h brax_own_ppo_hopper 200 ours "$PY" benchmark/peers/brax_train.py --algo ppo --env-id brax/hopper \
-    --total-timesteps "$TBRAX" --num-envs "$BRAX_ENVS" "${BRAX_OWN[@]}" --eval-points 2 --output-dir "$RUNS" --exp-name brax_own_hopper
-
 # ------------------------------------------------------------------- b: the ceiling --
 for n in 4 2048 8192; do
     run_step b "ceiling_$n" 60 ours "$PY" -m benchmark.ceiling $CARTPOLE --num-envs "$n" --num-steps "$CEIL_STEPS"
-done
-
-# --------------------------------------------------------- d: seeds in one program --
-# --num-seeds 1 at 4 envs and 500k steps is step c's first pair (the same commands).
-for s in ${GPU_SEEDS:-8 64}; do
-    run_step d "ppo_scan_${s}seeds" 90 ours "$PY" vibe_rl/ppo_jax_scan.py $CARTPOLE --num-envs 4 \
-        --total-timesteps "$TSEEDS" --num-seeds "$s" --output-dir "$RUNS" --exp-name "ppo_scan_${s}seeds"
-    run_step d "purejaxrl_${s}seeds" 90 peers "$PEERS_PY" benchmark/peers/purejaxrl_ppo.py $CARTPOLE \
-        --num-envs 4 --total-timesteps "$TSEEDS" --num-seeds "$s" --output-dir "$RUNS" --exp-name "purejaxrl_${s}seeds"
 done
 
 # ---------------------------------------------------- f: SAC and TD3, Pendulum (suite) --
@@ -323,41 +359,6 @@ PATCH
         done
     done
 fi
-
-# ------------------------------------------------ l: Craftax-1M, ours and Craftax_Baselines --
-# The suite's Craftax-1M entries (benchmark/suite.toml): the paper's 1M config, 256 envs x 16 steps,
-# lr 3e-4, and Craftax_Baselines' values for the rest. Their files at the same config: 5 repeats
-# (their jit(vmap(train)) over 5 keys), as our 5 seeds are one program.
-CRAFTAX_1M="--env-id craftax/Craftax-Symbolic-v1 --num-envs 256 --num-steps 16 --learning-rate 3e-4
-    --num-minibatches 8 --update-epochs 4 --gae-lambda 0.8 --max-grad-norm 1.0 --ent-coef 0.01 --hidden-size 512"
-run_step l craftax1m_ppo 240 ours "$PY" vibe_rl/ppo_jax_scan.py $CRAFTAX_1M --total-timesteps "$TCRAFTAX" \
-    --num-seeds 5 --output-dir "$RUNS" --exp-name craftax1m_ppo
-run_step l craftax1m_ppo_rnn 240 ours "$PY" vibe_rl/ppo_rnn_jax.py $CRAFTAX_1M --total-timesteps "$TCRAFTAX" \
-    --num-seeds 5 --output-dir "$RUNS" --exp-name craftax1m_ppo_rnn
-for rnn in "" --rnn; do
-    VIBE_RL_PEERS_PYTHON=$PY run_step l "craftax_baselines_1m${rnn:+_rnn}" 240 ours "$PY" \
-        benchmark/peers/craftax_baselines.py --env-name Craftax-Symbolic-v1 --total-timesteps "$TCRAFTAX" \
-        --num-envs 256 --seeds 1 --num-repeats 5 $rnn -- --num_steps 16 --lr 3e-4
-done
-
-# ------------------------------------------------------------- n: Craftax-Symbolic-v1, 10M --
-CRAFTAX_10M="--env-id craftax/Craftax-Symbolic-v1 --num-envs 1024 --num-steps 64 --learning-rate 2e-4
-    --num-minibatches 8 --update-epochs 4 --gae-lambda 0.8 --max-grad-norm 1.0 --ent-coef 0.01 --hidden-size 512"
-run_step n craftax10m_ppo 240 ours "$PY" vibe_rl/ppo_jax_scan.py $CRAFTAX_10M --total-timesteps "$TCRAFTAX10" \
-    --output-dir "$RUNS" --exp-name craftax10m_ppo
-run_step n craftax10m_ppo_rnn 240 ours "$PY" vibe_rl/ppo_rnn_jax.py $CRAFTAX_10M --total-timesteps "$TCRAFTAX10" \
-    --output-dir "$RUNS" --exp-name craftax10m_ppo_rnn
-VIBE_RL_PEERS_PYTHON=$PY run_step n craftax_baselines_10m 240 ours "$PY" benchmark/peers/craftax_baselines.py \
-    --env-name Craftax-Symbolic-v1 --total-timesteps "$TCRAFTAX10" --num-envs 1024 --seeds 1
-
-# ---------------------------------------------- m: a sweep, PPO-CNN on Breakout-MinAtar --
-BREAKOUT_CNN="--env-id Breakout-MinAtar --num-envs 64 --num-steps 128 --num-minibatches 8 --network cnn
-    --hidden-size 128 --total-timesteps $TSWEEP"
-run_step m sweep_16x4 240 ours "$PY" vibe_rl/ppo_jax_scan.py $BREAKOUT_CNN --num-seeds 4 \
-    --sweep learning-rate=3e-4,1e-3 ent-coef=0.01,0.02 clip-coef=0.1,0.2 gae-lambda=0.9,0.95 \
-    --output-dir "$RUNS" --exp-name sweep_16x4
-run_step m sweep_one_run 120 ours "$PY" vibe_rl/ppo_jax_scan.py $BREAKOUT_CNN --learning-rate 1e-3 \
-    --ent-coef 0.02 --output-dir "$RUNS" --exp-name sweep_one_run
 
 # ------------------------------------------------------------------------------ the end --
 # The run directories' small files (no TensorBoard events, no checkpoints) come back too.
