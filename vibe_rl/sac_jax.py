@@ -2021,6 +2021,8 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             if end.evaluate and failed is None:  # dispatched before the next chunk: it waits for it alone
                 evaluation = evaluate.result()(state)
             stopping = to_host(np.array([len(stop)])).any() and not end.last  # a signal to any process
+            if not end.last and not stopping:  # before this chunk's results come to the host: no device idles
+                in_flight = chunk(state, np.int32(end.first + run.iterations_per_chunk))
             # [S, I]: the real runs (not the padding), the iterations that ran
             metrics = {tag: x[:num_runs, : end.num_valid] for tag, x in to_host(output.metrics).items()}
             finite, skipped = to_host(output.finite)[:num_runs], set(diverged)
@@ -2030,9 +2032,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
             for d in new.values():
                 where = f"{d['non_finite']} turned non-finite at step {d['at_step']:,}"
                 say(f"{d['run_dir']}: {where}; it trains no further (its checkpoints stay), others go on")
-            stopping |= len(diverged) == num_runs and not end.last  # all diverged: the program is done
-            if not end.last and not stopping:
-                in_flight = chunk(state, np.int32(end.first + run.iterations_per_chunk))
+            stopping |= len(diverged) == num_runs and not end.last  # all diverged: drop the chunk in flight
             now = time.perf_counter()
             sps, ready, evals = end.num_valid * per_iteration / (now - ready), now, {}  # evals: tag -> [S]
             if end.evaluate and failed is None:
@@ -2061,6 +2061,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
         wait_for(in_flight)
         raise
     writer.shutdown()
+    wait_for(in_flight)  # a chunk dispatched before every run was seen to diverge
     steps, took = run.algo.total_steps - at_start, time.perf_counter() - start
     per = "run" if run.args.sweep else "seed"
     say(f"trained {steps:,} steps x {run.how_many()} in {took:.2f}s ({steps / took:,.0f} SPS per {per})")
