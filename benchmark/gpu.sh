@@ -17,7 +17,7 @@
 # and the GPU image's other packages checks the wheels install and import (docs/gpu.md).
 #
 # Steps, in the order they run, the most wanted first, so that the deadline cuts the least wanted
-# (GPU_STEPS=a,b,... picks some; default a, b, c, d, e, f, g, h, i, j, k and o):
+# (GPU_STEPS=a,b,... picks some; default a, b, c, d, e, f, g, h, i, k and o):
 #   a  device check, wheel install, import check
 #   o  the driver's host work per chunk (python -m benchmark.driver_overhead): PPO CartPole at 1, 8,
 #      64 and 256 seeds, DQN's 1M buffer at 1 and 8, against the chunk's compute (GPU_O_FLAGS, e.g.
@@ -38,8 +38,6 @@
 #   b  raw gymnax ceiling, CartPole-v1, 4 / 2048 / 8192 envs
 #   f  sac_jax and td3_jax, Pendulum-v1, the suite's config
 #   g  ppo_multigpu (replicated, then --fsdp) at 2048 envs, step c's 2048-env config, one GPU
-#   j  the evaluation compiled in a thread beside the chunks (the scripts) against compiled before
-#      them (a patched copy), CartPole 2048 envs, whole process with an empty cache, interleaved
 # The Breakout steps (e, i, k) give the wall time to the suite's bar: the progress lines with an
 # evaluation are kept in summary.txt, each with the seconds since training began.
 #
@@ -57,7 +55,7 @@ mkdir -p "$OUT"
 SMOKE=${GPU_SMOKE:-0}
 DEADLINE=${GPU_DEADLINE_S:-540}
 [ "$SMOKE" = 1 ] && DEADLINE=${GPU_DEADLINE_S:-3600}
-STEPS=${GPU_STEPS:-a,b,c,d,e,f,g,h,i,j,k,o}
+STEPS=${GPU_STEPS:-a,b,c,d,e,f,g,h,i,k,o}
 PY=${PYTHON:-python3}
 PEERS_PY=${PEERS_PYTHON:-$PY}
 RUNS=${GPU_RUNS_DIR:-/tmp/runs}
@@ -336,29 +334,6 @@ run_step g multigpu_2048env 120 ours "$PY" vibe_rl/ppo_multigpu.py $CARTPOLE --n
     --total-timesteps "$T2048" --output-dir "$RUNS" --exp-name multigpu_2048env
 run_step g multigpu_fsdp_2048env 120 ours "$PY" vibe_rl/ppo_multigpu.py $CARTPOLE --num-envs 2048 \
     --total-timesteps "$T2048" --fsdp --output-dir "$RUNS" --exp-name multigpu_fsdp_2048env
-
-# --------------------- j: the evaluation's compile beside the chunks, or before them --
-# docs/gpu.md: on a GPU the thread that compiles the evaluation slows the 0.1 s chunks beside it.
-# Does it still shorten the whole process there, as on a CPU? The copy calls evaluate.result()
-# before the chunks start; each process starts with an empty compilation cache.
-if want j; then
-    EVAL_FIRST=$RUNS/ppo_eval_first.py
-    "$PY" - "$EVAL_FIRST" <<'PATCH'
-import sys
-source = open("vibe_rl/ppo_jax_scan.py").read()
-line = '            pool.submit(importlib.import_module, "matplotlib.figure")\n'
-assert source.count(line) == 1, "main() changed: update step j's patch"
-open(sys.argv[1], "w").write(source.replace(line, line[:-1] + ".result()\n            evaluate.result()\n"))
-PATCH
-    for round in 1 2; do
-        for script in vibe_rl/ppo_jax_scan.py "$EVAL_FIRST"; do
-            name=$(basename "$script" .py)
-            run_step j "${name}_round$round" 60 ours "$PY" "$script" $CARTPOLE --num-envs 2048 \
-                --total-timesteps "$T2048" --jax-cache-dir "$RUNS/cache_${name}_$round" \
-                --output-dir "$RUNS" --exp-name "${name}_round$round"
-        done
-    done
-fi
 
 # ------------------------------------------------------------------------------ the end --
 # The run directories' small files (no TensorBoard events, no checkpoints) come back too.

@@ -4,11 +4,13 @@ run's life, the table of environment suites, and a run whose evaluation cannot c
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import shutil
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import sync_harness
@@ -167,29 +169,43 @@ def exit_of_main_or_none(module: Any, flags: list[str], monkeypatch: Any) -> Any
     return None
 
 
-def test_on_an_accelerator_the_chunks_start_once_the_evaluation_has_compiled(tmp_path, monkeypatch, capsys):
-    """The evaluation compiles in a thread beside the chunk's compile. On an accelerator
-    (evaluation_first, forced here) the first chunk waits for it: a compile beside 0.1 s GPU chunks
-    slowed them 2-3x (docs/gpu.md). On the CPU it goes on beside the chunks."""
+def test_on_an_accelerator_the_chunks_start_once_the_evaluation_has_compiled_and_matplotlib_loaded(
+    tmp_path, monkeypatch, capsys
+):
+    """The evaluation compiles, and matplotlib loads, in a thread beside the chunk's compile. On an
+    accelerator (chunks_wait_for_thread, forced here) the first chunk waits for both: beside 0.1 s GPU
+    chunks the compile slowed them 2-3x, and the import, holding the GIL, delays each next dispatch
+    (docs/gpu.md). On the CPU they go on beside the chunks."""
     module = load_script("ppo_jax_scan")
-    assert not module.evaluation_first()  # JAX on the CPU
-    compile_evaluate, train_chunks = module.compile_evaluate, module.train_chunks
-    compiled_at_start = []
+    assert not module.chunks_wait_for_thread()  # JAX on the CPU
+    compile_evaluate, train_chunks, import_module = (
+        module.compile_evaluate,
+        module.train_chunks,
+        importlib.import_module,
+    )
+    imported, done_at_start = [], []
 
     def slow_compile(run: Any, state: Any) -> Any:
-        time.sleep(3)  # longer than the tiny chunk's compile
+        time.sleep(2)  # longer than the tiny chunk's compile
         return compile_evaluate(run, state)
 
+    def slow_import(name: str) -> Any:
+        if name == "matplotlib.figure":
+            time.sleep(1)  # after the compile, in the same thread
+            imported.append(name)
+        return import_module(name)
+
     def train(run: Any, chunk: Any, evaluate: Any, *rest: Any) -> Any:
-        compiled_at_start.append(evaluate.done())
+        done_at_start.append((evaluate.done(), list(imported)))
         return train_chunks(run, chunk, evaluate, *rest)
 
     monkeypatch.setattr(module, "compile_evaluate", slow_compile)
+    monkeypatch.setattr(module, "importlib", SimpleNamespace(import_module=slow_import, util=importlib.util))
     monkeypatch.setattr(module, "train_chunks", train)
-    monkeypatch.setattr(module, "evaluation_first", lambda: True)
+    monkeypatch.setattr(module, "chunks_wait_for_thread", lambda: True)
     budget = [*TINY, "--total-timesteps", str(64 * 4), "--num-chunks", "2", "--output-dir", str(tmp_path)]
     assert exit_of_main_or_none(module, budget, monkeypatch) is None
-    assert compiled_at_start == [True]
+    assert done_at_start == [(True, ["matplotlib.figure"])]
     assert (only_run_dir(tmp_path) / "eval.json").is_file()
 
 

@@ -2162,19 +2162,21 @@ def write_sweep_summary(runs: list[Run]) -> None:
 
 
 # --- 10. main: a run's life, top to bottom -----------------------------------------------------------------
-def evaluation_first() -> bool:  # on an accelerator the chunks wait for the evaluation's compile
+def chunks_wait_for_thread() -> bool:  # on an accelerator the thread's work is done before the chunks
     return jax.default_backend() != "cpu"
 
 
 def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> dict[int, dict]:
-    """One program's chunks, then its runs' outputs; where its runs diverged. The evaluation compiles in a
-    thread beside the chunk's (XLA compiles on one core); on an accelerator, the chunks wait (docs/gpu.md)."""
+    """One program's chunks, then its runs' outputs; where its runs diverged. The evaluation compiles, and
+    matplotlib loads, in a thread beside the chunk's compile (XLA compiles on one core). On an accelerator
+    the chunks wait for them: a compile, or an import holding the GIL, beside chunks of milliseconds delays
+    every next dispatch (docs/gpu.md)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         evaluate = pool.submit(compile_evaluate, run, state)
+        plotting = pool.submit(importlib.import_module, "matplotlib.figure")  # the plot, at the end
         chunk = compile_chunk(run, state)
-        if evaluation_first():
-            futures.wait([evaluate])
-        pool.submit(importlib.import_module, "matplotlib.figure")
+        if chunks_wait_for_thread():
+            futures.wait([evaluate, plotting])
         state, loggers, evaluation, diverged = train_chunks(run, chunk, evaluate, state, done, stop)
     if len(diverged) < len(run.seeds):
         finish_run(run, state, loggers, evaluation, diverged)
