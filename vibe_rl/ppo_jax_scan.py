@@ -2279,14 +2279,14 @@ def chunks_wait_for_thread() -> bool:  # on an accelerator the thread's work is 
 
 
 def train_and_finish(run: Run, state: Any, done: int, stop: list[int]) -> dict[int, dict]:
-    """One program's chunks, then its runs' outputs; where its runs diverged. The evaluation compiles, and
-    matplotlib loads, in a thread beside the chunk's compile (XLA compiles on one core). On an accelerator
-    the chunks wait for them: a compile, or an import holding the GIL, beside chunks of milliseconds delays
-    every next dispatch (docs/gpu.md)."""
+    """One program's chunks, then its runs' outputs; where its runs diverged. The evaluation compiles in a
+    thread beside the chunk's compile (XLA compiles on one core); matplotlib loads there once the chunk has
+    compiled (an import beside its tracing takes the GIL from it). On an accelerator the chunks wait for both:
+    a compile, or an import holding the GIL, beside chunks of milliseconds delays every next dispatch."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         evaluate = pool.submit(compile_evaluate, run, state)
-        plotting = pool.submit(importlib.import_module, "matplotlib.figure")  # the plot, at the end
         chunk = compile_chunk(run, state)
+        plotting = pool.submit(importlib.import_module, "matplotlib.figure")  # for the plot at the end
         if chunks_wait_for_thread():
             futures.wait([evaluate, plotting])
         state, loggers, evaluation, diverged = train_chunks(run, chunk, evaluate, state, done, stop)
