@@ -172,10 +172,10 @@ def exit_of_main_or_none(module: Any, flags: list[str], monkeypatch: Any) -> Any
 def test_on_an_accelerator_the_chunks_start_once_the_evaluation_has_compiled_and_matplotlib_loaded(
     tmp_path, monkeypatch, capsys
 ):
-    """The evaluation compiles, and matplotlib loads, in a thread beside the chunk's compile. On an
-    accelerator (chunks_wait_for_thread, forced here) the first chunk waits for both: beside 0.1 s GPU
-    chunks the compile slowed them 2-3x, and the import, holding the GIL, delays each next dispatch
-    (docs/gpu.md). On the CPU they go on beside the chunks."""
+    """The evaluation compiles in a thread beside the chunk's compile, and matplotlib loads there after
+    it. On an accelerator (chunks_wait_for_thread, forced here) the first chunk waits for both: beside
+    0.1 s GPU chunks the compile slowed them 2-3x, and the import, holding the GIL, delays each next
+    dispatch (docs/gpu.md). On the CPU they go on beside the chunks."""
     module = load_script("ppo_jax_scan")
     assert not module.chunks_wait_for_thread()  # JAX on the CPU
     compile_evaluate, train_chunks, import_module = (
