@@ -421,13 +421,35 @@ def test_every_script_has_the_same_harness_below_one_banner():
         assert numbers == list(range(1, len(numbers) + 1)) and numbers, f"{name}: sections {numbers}"
 
 
-def test_help_shows_no_derived_size(script, capsys, monkeypatch):
+def undocumented_flags(help_text: str) -> list[str]:
+    """The options of a tyro --help that say nothing but their default (a field whose comment tyro
+    cannot see, such as one that ruff wrapped into parentheses), boxed (a terminal) or not."""
+    blocks: list[list[str]] = []
+    for raw in help_text.splitlines():
+        line = raw.strip("│").rstrip()
+        if re.match(r" {0,3}--[a-z]", line):  # an option; its description is indented further
+            blocks.append([line.strip()])
+        elif blocks and line.startswith("    "):  # the option's description, continued
+            blocks[-1].append(line.strip())
+    missing = []
+    for first, *rest in blocks:
+        spelling, _, description = re.split(r"(\s{2,})", first + "  ", maxsplit=1)
+        description = re.sub(r"\(default: [^)]*\)", "", " ".join([description, *rest]))
+        if not re.search(r"[a-z]", description):
+            missing.append(spelling.split()[0].rstrip(","))
+    return missing
+
+
+def test_help_documents_every_flag_and_no_derived_size(script, capsys, monkeypatch):
     module = load_script(script)
     monkeypatch.setattr("sys.argv", [f"{script}.py", "--help"])
     with pytest.raises(SystemExit) as exit_info:
         module.main()
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
+    assert not undocumented_flags(text), f"--help says nothing of {undocumented_flags(text)}"
+    boxed = "│ --seed INT   (default: 1) │\n│ --x INT  an x │\n│          (default: 2) │\n╰─"
+    assert undocumented_flags(boxed) == undocumented_flags(boxed.replace("│", "")) == ["--seed"]
     sizes = module.make_algorithm(module.Flags()).sizes._fields
     shown = [name for name in sizes if f"--{name.replace('_', '-')} " in text]
     assert not shown, f"--help offers derived sizes: {shown}"

@@ -854,9 +854,8 @@ class RunFlags:
     """the run and the machine: the same flags in every vibe_rl script"""
 
     exp_name: str = Path(__file__).stem  # the name of this experiment (part of the run directory's name)
-    seed: int = (
-        1  # seed of the first run; with --num-seeds S the runs use seed, seed+1, ... (in [-2^31, 2^31))
-    )
+    seed: int = 1
+    """seed of the first run; with --num-seeds S the runs use seed, seed+1, ... (in [-2^31, 2^31))"""
     num_seeds: int = 1  # independent runs trained together in one program, sharded over the devices (<= 2^20)
     sweep: tuple[str, ...] = ()
     """a grid of configurations, each trained with every seed: NAME=V1,V2,... per flag. Flags marked [traced]
@@ -877,9 +876,8 @@ class RunFlags:
     """CPU devices with no accelerator, seeds sharded on them (0: a core each, more if seeds do not divide)"""
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
-    sweep_max_programs: int = (
-        32  # refuse a --sweep of more programs (each value of a static flag compiles one)
-    )
+    sweep_max_programs: int = 32
+    """refuse a --sweep of more programs than this (each value of a flag not [traced] compiles one)"""
 
 
 @dataclass
