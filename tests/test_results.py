@@ -158,10 +158,6 @@ NOT_YET_MEASURED = {
     "ppo_rnn_jax__craftax-Craftax-Symbolic-v1",
     "ppo_jax_scan__craftax-Craftax-Classic-Symbolic-v1",
     "pqn_jax__craftax-Craftax-Classic-Symbolic-v1",
-    "pqn_jax__Breakout-MinAtar",
-    "pqn_jax__Asterix-MinAtar",
-    "pqn_jax__Freeway-MinAtar",
-    "pqn_jax__SpaceInvaders-MinAtar",
     "pqn_jax__Seaquest-MinAtar",
 }
 
