@@ -589,7 +589,7 @@ class RunFlags:
     jax_cache_dir: str = "~/.cache/vibe_rl/jax"
     """JAX's persistent compilation cache: a repeated configuration compiles fast ('' turns it off)"""
     sweep_max_programs: int = 32
-    """refuse a --sweep of more programs than this (each value of a flag not [traced] compiles one)"""
+    """refuse a --sweep of more programs than this (each value of a static flag compiles one)"""
 
 
 @dataclass
