@@ -8,8 +8,9 @@ is compared bit for bit). The learning tests (`-m slow`), which train for minute
 users run them.
 
 The scripts' persistent compilation cache is, for the tests, a fresh directory per session
-(never the user's ~/.cache/vibe_rl/jax): a session compiles as on a new machine, and a run
-its test repeats (stopped, resumed) loads what the first run compiled."""
+(never the user's ~/.cache/vibe_rl/jax), used by the test processes themselves too: a session
+compiles as on a new machine, and a program compiled once (a run stopped and resumed, a tiny
+configuration two tests share, in either xdist worker) is loaded the next time."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import shutil
 import tempfile
 
+import jax
 import pytest
 
 # tyro reads each dataclass's source at every parse (it clears its own caches after each call), and
@@ -39,6 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if "VIBE_RL_TEST_JAX_CACHE" not in os.environ:  # xdist workers inherit the controller's
         os.environ["VIBE_RL_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="vibe_rl-test-jax-cache-")
         config.stash[OWN_CACHE] = True
+    # In this process too: a program that another test (or the other worker) compiled is loaded.
+    jax.config.update("jax_compilation_cache_dir", os.environ["VIBE_RL_TEST_JAX_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     flags = os.environ.get("XLA_FLAGS", "")
     if "slow" in config.option.markexpr.replace("not slow", "") or FAST_COMPILE in flags:
         return  # a learning run is compiled as a user's would be; xdist workers inherit the flags

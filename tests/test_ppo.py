@@ -163,8 +163,7 @@ def test_vmapped_init_runs_each_qr_unbatched_with_the_same_parameters():
     [
         ("CartPole-v1", "mlp"),
         ("Pendulum-v1", "mlp"),
-        ("Breakout-MinAtar", "mlp"),
-        ("Breakout-MinAtar", "cnn"),
+        ("Breakout-MinAtar", "cnn"),  # the MLP flattens a board: test_contract's Catch-bsuite test traces it
     ],
 )
 def test_train_shapes_under_jit_and_vmap(env_id, network):

@@ -37,20 +37,29 @@ def trainer(algo):
     return jax.jit(lambda s: jax.lax.scan(algo.iteration, s, jnp.arange(algo.num_iterations))[0])
 
 
+def same_program(a: Any, b: Any) -> bool:
+    """Two closed jaxprs are one program: the same equations, literals included, and the same constants."""
+    return str(a.jaxpr) == str(b.jaxpr) and tree_equal(a.consts, b.consts)
+
+
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_a_run_trains_with_the_traced_values_its_state_holds(name):
+    """Built with other traced values, a script traces the same iteration and differs only in its
+    state's values: a flag read as a constant would be a literal of its own, or another first state.
+    (Comparing the jaxprs, not two compiled runs, spares a compile per script.)"""
     module = load_script(name)
     base = module.parse_flags([f for f in SCRIPTS[name].run if f != "--normalize-obs"])
     traced = module.Hyperparameters._fields
     assert "learning_rate" in traced or {"policy_lr", "q_lr"} <= set(traced)
     # every traced flag 10% off: inside every flag's allowed range (probabilities, coefficients, ...)
     other = dataclasses.replace(base, **{n: 0.9 * getattr(base, n) or 0.01 for n in traced})
-    built, key = module.make_algorithm(other), jax.random.PRNGKey(0)
-    algo = module.make_algorithm(base)
-    train = trainer(algo)  # one program for both of algo's states below: the values are its input
-    swapped = train(algo.init(key)._replace(hyper=module.hyperparameters(other)))
-    assert tree_equal(swapped, trainer(built)(built.init(key)))  # a flag read as a constant would differ
-    assert not tree_equal(swapped, train(algo.init(key)))  # the values do reach the training
+    built, algo, key = module.make_algorithm(other), module.make_algorithm(base), jax.random.PRNGKey(0)
+    swapped = algo.init(key)._replace(hyper=module.hyperparameters(other))
+    assert tree_equal(swapped, built.init(key))
+    iteration = lambda a: jax.make_jaxpr(a.iteration)(swapped, jnp.int32(0))
+    assert same_program(iteration(built), iteration(algo))
+    train = trainer(algo)  # one program for both of algo's states: the values are its input
+    assert not tree_equal(train(swapped), train(algo.init(key)))  # the values do reach the training
 
 
 def conds_in(jaxpr: Any) -> int:
