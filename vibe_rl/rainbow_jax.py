@@ -547,9 +547,8 @@ def gradient_step(
 
     def loss_fn(params: Params) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         logits = apply(setup, params, batch.obs, online_key)[rows, batch.action]  # [B, Z] the taken action's
-        if (
-            args.distributional
-        ):  # the priority: the transition's cross-entropy (Rainbow's KL, up to a constant)
+        # the priority: the transition's cross-entropy (Rainbow's KL, up to a constant)
+        if args.distributional:
             loss, q_taken = cross_entropy(logits, target), (jax.nn.softmax(logits) * setup.atoms).sum(-1)
             priority = loss
         else:  # the priority: |TD error|
