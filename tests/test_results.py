@@ -156,7 +156,6 @@ NOT_YET_MEASURED = {
     "c51_jax__Breakout-MinAtar",
     "ppo_jax_scan__craftax-Craftax-Symbolic-v1",
     "ppo_rnn_jax__craftax-Craftax-Symbolic-v1",
-    "ppo_jax_scan__craftax-Craftax-Classic-Symbolic-v1",
     "pqn_jax__Seaquest-MinAtar",
 }
 
