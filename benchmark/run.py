@@ -704,34 +704,41 @@ def pyplot() -> Any:
 
 def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
     """One PNG per env, every script on it: the mean and 95% bootstrap band over seeds of the
-    training return (solid) and of the deterministic evaluation return (dashed) vs env steps."""
+    training return (solid) and of the deterministic evaluation return (dashed) vs env steps. The
+    legend, beside the axes, names each script once (its colour) and the two line styles once."""
     plt = pyplot()
+    from matplotlib.lines import Line2D
+
     paths = []
     for env in dict.fromkeys(r["env"] for r in entries):
+        rows = [r for r in entries if r["env"] == env]
+        palette = plt.get_cmap("tab10" if len(rows) <= 10 else "tab20").colors  # a colour per script
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in (r for r in entries if r["env"] == env):
-            color = None
-            for kind, curves, style in (
-                ("train", r["curves"], "-"),
-                ("eval", r.get("eval_curves", []), "--"),
-            ):
+        handles = []
+        for r, color in zip(rows, palette * len(rows), strict=False):
+            seeds = 0
+            for curves, style in ((r["curves"], "-"), (r.get("eval_curves", []), "--")):
                 grid, mean, low, high = mean_ci_band([c for c in curves if len(c[0]) > 1])
                 if len(grid) < 2:
                     continue
-                n = sum(len(c[0]) > 1 for c in curves)
-                label = f"{r['name']} {kind} ({n} seed{'s' if n > 1 else ''})"
-                (line,) = ax.plot(grid, mean, style, color=color, label=label)
-                color = line.get_color()  # the script's eval curve in its training curve's colour
+                seeds = max(seeds, sum(len(c[0]) > 1 for c in curves))
+                ax.plot(grid, mean, style, color=color)
                 ax.fill_between(grid, low, high, color=color, alpha=0.15)
+            if seeds:
+                label = f"{r['name']} ({seeds} seed{'s' if seeds > 1 else ''})"
+                handles.append(Line2D([], [], color=color, label=label))
+        if handles:
+            handles += [
+                Line2D([], [], color="k", ls=ls, label=kind) for ls, kind in (("-", "train"), ("--", "eval"))
+            ]
+            ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set(
             title=f"{env}: mean and 95% bootstrap CI over seeds", xlabel="env steps", ylabel="episodic return"
         )
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
         path = out / f"curves_{env.replace('/', '-')}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100, metadata={"Software": None})  # no version stamp in the file
+        # the legend lies outside the axes: the saved box grows to hold it
+        fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})  # no version stamp
         plt.close(fig)
         paths.append(path)
     return paths

@@ -2163,22 +2163,25 @@ def configuration_results(run: Run, first: int) -> dict[str, Any]:
 
 def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> None:
     """Each configuration's curve: the mean over its seeds, and a 95% bootstrap band of that mean."""
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
-    ax = (fig := Figure(figsize=(7, 4.5), layout="tight")).subplots()
-    for row in rows:
+    ax = (fig := Figure(figsize=(7, 4.5))).subplots()
+    palette = colormaps["tab10" if len(rows) <= 10 else "tab20"].colors  # a colour per configuration
+    for row, color in zip(rows, palette * len(rows), strict=False):
         if not (points := [c for c in row["curves"] if len(c)]):
             continue
         grid = np.linspace(max(c[0, 0] for c in points), min(c[-1, 0] for c in points), 100)
         ys = np.stack([np.interp(grid, c[:, 0], c[:, 1]) for c in points])  # [S, 100]
         draws = ys[np.random.default_rng(0).integers(0, len(ys), (500, len(ys)))].mean(1)  # [500, 100]
-        line = ax.plot(grid, ys.mean(0), label=row["config"])[0]
-        ax.fill_between(grid, *np.percentile(draws, [2.5, 97.5], axis=0), color=line.get_color(), alpha=0.2)
+        ax.plot(grid, ys.mean(0), color=color, label=row["config"])
+        ax.fill_between(grid, *np.percentile(draws, [2.5, 97.5], axis=0), color=color, alpha=0.2)
     what = "evaluation" if evaluation else "training"
     ax.set(xlabel="environment steps", ylabel=f"{what} return (mean, 95% band)", title=title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100)
+    # the legend beside the curves (a grid has many rows), and the saved box grown to hold it
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 def write_sweep_summary(runs: list[Run]) -> None:
