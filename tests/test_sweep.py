@@ -32,21 +32,49 @@ from _helpers import (
 from test_contract import SCRIPTS, read_state
 
 
-def trainer(algo):
-    """A compiled function: a state -> the state after every iteration of the algorithm's plan."""
-    return jax.jit(lambda s: jax.lax.scan(algo.iteration, s, jnp.arange(algo.num_iterations))[0])
-
-
 def same_program(a: Any, b: Any) -> bool:
     """Two closed jaxprs are one program: the same equations, literals included, and the same constants."""
     return str(a.jaxpr) == str(b.jaxpr) and tree_equal(a.consts, b.consts)
+
+
+def inner_jaxprs(eqn: Any) -> list[tuple[Any, list]]:
+    """(sub-jaxpr, the outer operand each of its inputs is) for an equation that calls jaxprs: a scan, a
+    while loop, a cond, a nested jit; [] for a primitive that computes."""
+    params, operands = eqn.params, eqn.invars
+    if eqn.primitive.name == "while":
+        cond_n, body_n = params["cond_nconsts"], params["body_nconsts"]
+        carry = operands[cond_n + body_n :]
+        return [(params["cond_jaxpr"].jaxpr, [*operands[:cond_n], *carry]),
+                (params["body_jaxpr"].jaxpr, [*operands[cond_n : cond_n + body_n], *carry])]  # fmt: skip
+    if eqn.primitive.name == "cond":  # operand 0 picks the branch
+        return [(branch.jaxpr, operands[1:]) for branch in params["branches"]]
+    subs = [v for k, v in params.items() if k in ("jaxpr", "call_jaxpr", "fun_jaxpr")]
+    return [(getattr(sub, "jaxpr", sub), operands) for sub in subs]
+
+
+def computes_with(jaxpr: Any, var: Any) -> bool:
+    """Whether an equation of jaxpr computes with var: a primitive takes it as an operand, or a scan, loop,
+    cond or call passes it to one that does. Carried through a scan unread, it is not computed with."""
+    for eqn in jaxpr.eqns:
+        if not any(v is var for v in eqn.invars):
+            continue
+        subs = inner_jaxprs(eqn)
+        if not subs or any(
+            computes_with(sub, inner)
+            for sub, outer in subs
+            for inner, o in zip(sub.invars, outer, strict=True)
+            if o is var
+        ):
+            return True
+    return False
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     """Built with other traced values, a script traces the same iteration and differs only in its
     state's values: a flag read as a constant would be a literal of its own, or another first state.
-    (Comparing the jaxprs, not two compiled runs, spares a compile per script.)"""
+    And the iteration computes with every traced value its state holds (one stored and never read
+    would be a flag that does nothing). Both are read off the traced program: nothing compiles."""
     module = load_script(name)
     base = module.parse_flags([f for f in SCRIPTS[name].run if f != "--normalize-obs"])
     traced = module.Hyperparameters._fields
@@ -57,9 +85,17 @@ def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     swapped = algo.init(key)._replace(hyper=module.hyperparameters(other))
     assert tree_equal(swapped, built.init(key))
     iteration = lambda a: jax.make_jaxpr(a.iteration)(swapped, jnp.int32(0))
-    assert same_program(iteration(built), iteration(algo))
-    train = trainer(algo)  # one program for both of algo's states: the values are its input
-    assert not tree_equal(train(swapped), train(algo.init(key)))  # the values do reach the training
+    program = iteration(algo)
+    assert same_program(iteration(built), program)
+    # the jaxpr's inputs are the leaves of (state, index), in order: those under state.hyper are the flags
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(swapped)[0]]
+    hyper_inputs = [
+        v
+        for path, v in zip(paths, program.jaxpr.invars[:-1], strict=True)
+        if path[0] == jax.tree_util.GetAttrKey("hyper")
+    ]
+    unread = [n for n, v in zip(traced, hyper_inputs, strict=True) if not computes_with(program.jaxpr, v)]
+    assert not unread, f"traced flags the iteration never computes with: {unread}"
 
 
 def conds_in(jaxpr: Any) -> int:
