@@ -53,12 +53,18 @@ def noop_steps(spec, state, keys, params):
 
 
 @pytest.fixture(scope="module")
-def drive(classic):
+def reset(classic):
+    """key -> (obs, state) of N fresh envs, compiled (Craftax's world generation op by op costs seconds)."""
+    return jax.jit(lambda key: h.reset_envs(classic, key, N))
+
+
+@pytest.fixture(scope="module")
+def drive(classic, reset):
     """(time limit, seed, start state or None) -> (the first obs [N, ...], the EnvSteps [T, N, ...])."""
     program = jax.jit(lambda state, keys, params: noop_steps(classic, state, keys, params))
 
     def run(limit: int, seed: int = 0, edit=lambda state: state):
-        obs, state = h.reset_envs(classic, jax.random.PRNGKey(seed), N)
+        obs, state = reset(jax.random.PRNGKey(seed))
         params = classic.params.replace(max_steps_in_episode=jnp.int32(limit))
         return obs, program(edit(state), jax.random.split(jax.random.PRNGKey(seed + 1), T), params)
 
@@ -134,11 +140,11 @@ def test_envs_that_end_together_start_fresh_worlds_and_a_dry_pool_is_counted(dri
     assert distinct(np.asarray(pooled.start_obs[15])[np.asarray(pooled.fresh[15])]) == 2
 
 
-def test_the_pool_of_runs_vmapped_together_steps_as_each_run_alone(classic, drive):
+def test_the_pool_of_runs_vmapped_together_steps_as_each_run_alone(classic, reset, drive):
     """Two runs in one vmapped program (seeds, a sweep): the refill stays a real branch, taken by
     every run at once, and each run steps bit for bit as the run alone (drive's program)."""
     params = classic.params.replace(max_steps_in_episode=jnp.int32(7))
-    states = [h.reset_envs(classic, jax.random.PRNGKey(seed), N)[1] for seed in range(2)]
+    states = [reset(jax.random.PRNGKey(seed))[1] for seed in range(2)]
     keys = [jax.random.split(jax.random.PRNGKey(seed + 1), T) for seed in range(2)]
     stack = lambda trees: jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
     vmapped = jax.vmap(lambda state, keys: noop_steps(classic, state, keys, params))

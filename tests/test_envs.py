@@ -17,16 +17,21 @@ h = load_script("ppo_jax_scan")
 
 
 def rollout(spec, actions_of_obs, num_steps: int, num_envs: int = 2, seed: int = 0):
-    """num_steps steps of num_envs envs with the policy actions_of_obs; the EnvSteps [T, N, ...]."""
-    obs, state = h.reset_envs(spec, jax.random.PRNGKey(seed), num_envs)
+    """num_steps steps of num_envs envs with the policy actions_of_obs, the reset included in the one
+    compiled program (a Brax reset run op by op costs seconds): (the EnvSteps [T, N, ...], the first obs)."""
 
-    def body(carry, key):
-        obs, state = carry
-        step = h.step_envs(spec, jax.random.split(key, num_envs), state, actions_of_obs(obs))
-        return (step.obs, step.state), step
+    def run(reset_key, step_keys):
+        obs, state = h.reset_envs(spec, reset_key, num_envs)
+
+        def body(carry, key):
+            obs, state = carry
+            step = h.step_envs(spec, jax.random.split(key, num_envs), state, actions_of_obs(obs))
+            return (step.obs, step.state), step
+
+        return jax.lax.scan(body, (obs, state), step_keys)[1], obs
 
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), num_steps)
-    return jax.jit(lambda c, ks: jax.lax.scan(body, c, ks)[1])((obs, state), keys), obs
+    return jax.jit(run)(jax.random.PRNGKey(seed), keys)
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "DeepSea-bsuite"])
@@ -58,16 +63,24 @@ def test_brax_hopper_falls_over_as_a_termination_with_its_final_observation():
     np.testing.assert_array_equal(steps.final_obs[t - 1, 0], steps.obs[t - 1, 0])  # no reset before
 
 
-def test_brax_time_limit_is_a_truncation_with_its_final_observation():
-    """A balanced inverted pendulum (a PD controller) runs into the 1000-step limit: truncated,
-    not terminated; the final observation is the balanced pendulum's; then a fresh episode."""
-    spec = h.make_env("brax/inverted_pendulum")
-    balance = lambda obs: jnp.clip(
-        10 * obs[:, 1:2] + obs[:, 3:4] + 0.5 * obs[:, 0:1] + 0.5 * obs[:, 2:3], -1, 1
-    )
-    steps, _ = rollout(spec, balance, 1001)
+@pytest.fixture(scope="module")
+def pendulums():
+    """1001 steps of two Brax inverted pendulums, one compiled program: env 0 balanced by a PD controller,
+    env 1 given no force (it falls, again and again). The EnvSteps [1001, 2, ...]."""
+
+    def balance_the_first(obs):  # [2, 4] -> [2, 1]
+        balance = jnp.clip(10 * obs[:, 1:2] + obs[:, 3:4] + 0.5 * obs[:, 0:1] + 0.5 * obs[:, 2:3], -1, 1)
+        return balance.at[1].set(0.0)
+
+    return rollout(h.make_env("brax/inverted_pendulum"), balance_the_first, 1001)[0]
+
+
+def test_brax_time_limit_is_a_truncation_with_its_final_observation(pendulums):
+    """The balanced pendulum runs into the 1000-step limit: truncated, not terminated; the final
+    observation is the balanced pendulum's; then a fresh episode."""
+    steps = pendulums
     truncated, terminated = np.asarray(steps.truncated), np.asarray(steps.terminated)
-    assert not terminated.any()
+    assert not terminated[:, 0].any()
     np.testing.assert_array_equal(np.nonzero(truncated[:, 0])[0], [999])  # the 1000th step
     assert not np.allclose(steps.final_obs[999, 0], steps.obs[999, 0])  # reached vs the new start
     np.testing.assert_allclose(
@@ -100,12 +113,12 @@ def test_a_truncated_hopper_is_bootstrapped_and_a_fallen_one_is_not():
         np.testing.assert_allclose(advantages[t, 0], expected, rtol=1e-5)
 
 
-def test_brax_episodes_start_fresh_at_every_reset():
-    """Each reset draws its own start (Brax's AutoResetWrapper replays one cached start)."""
-    spec = h.make_env("brax/inverted_pendulum")
-    steps, _ = rollout(spec, lambda obs: jnp.zeros((obs.shape[0], 1)), 120, num_envs=1)
-    done = np.asarray(steps.terminated[:, 0] | steps.truncated[:, 0])
-    starts = np.asarray(steps.obs[:, 0])[done]  # the first observation of each new episode
+def test_brax_episodes_start_fresh_at_every_reset(pendulums):
+    """Each reset draws its own start (Brax's AutoResetWrapper replays one cached start): the pendulum
+    given no force falls over and over."""
+    steps = pendulums
+    done = np.asarray(steps.terminated[:, 1] | steps.truncated[:, 1])
+    starts = np.asarray(steps.obs[:, 1])[done]  # the first observation of each new episode
     assert len(starts) >= 3
     assert len({tuple(np.round(s, 6)) for s in starts}) == len(starts)
 
