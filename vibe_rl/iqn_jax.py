@@ -127,9 +127,10 @@ class Torso(nn.Module):
 
 
 class ImplicitQuantileNetwork(nn.Module):
-    """IQN: (obs [..., *obs_shape], taus [Z]) -> the quantiles Z_tau(s, a) [..., Z, A] of every observation
-    at the Z fractions. [IQN-8] Z_tau(x, a) = head(psi(x) * phi(tau))_a, phi(tau) = ReLU(Dense_F(cos(pi i
-    tau))): the torso runs once per observation, the embedding once per fraction, the head once per pair."""
+    """IQN: (obs [..., *obs_shape], taus [Z] or [..., Z]) -> the quantiles Z_tau(s, a) [..., Z, A] of every
+    observation at the Z fractions (the same for all, or one row per observation). [IQN-8] Z_tau(x, a) =
+    head(psi(x) * phi(tau))_a, phi(tau) = ReLU(Dense_F(cos(pi i tau))): the torso runs once per
+    observation, the embedding once per fraction, the head once per pair."""
 
     num_actions: int
     embedding_dim: int  # the cosine features of tau (64)
@@ -139,8 +140,8 @@ class ImplicitQuantileNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, taus: jax.Array) -> jax.Array:
         psi = Torso(self.cnn, self.obs_rank)(obs)  # [..., F]
-        features = cosine_features(taus, self.embedding_dim)  # [Z, embedding_dim]
-        phi = nn.relu(nn.Dense(psi.shape[-1], name="embedding")(features))  # [Z, F]
+        features = cosine_features(taus, self.embedding_dim)  # [(...,) Z, embedding_dim]
+        phi = nn.relu(nn.Dense(psi.shape[-1], name="embedding")(features))  # [(...,) Z, F]
         return nn.Dense(self.num_actions, name="head")(psi[..., None, :] * phi)  # [..., Z, A]
 
 
@@ -340,11 +341,12 @@ def run_setup(setup: Setup, hyper: Hyperparameters) -> Setup:
     return setup._replace(args=args, optimizer=make_optimizer(args))
 
 
-def draw_taus(setup: Setup, key: jax.Array, count: int) -> jax.Array:
-    """count quantile fractions [Z]: [IQN-9] IQN draws them from U(0, 1), afresh at every use, one draw
-    shared by the observations of the call (the paper and Dopamine draw per transition; shared, the
-    embedding runs Z times, not B x Z); [IQN-15] QR-DQN takes its N fixed midpoints."""
-    return quantile_midpoints(count) if setup.args.qr_dqn else jax.random.uniform(key, (count,))
+def draw_taus(setup: Setup, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Quantile fractions of the given shape, [Z] or [B, Z]: [IQN-9] IQN draws them from U(0, 1), afresh
+    at every use; [IQN-15] QR-DQN takes its N = shape[-1] fixed midpoints, the same in every row."""
+    if setup.args.qr_dqn:
+        return jnp.broadcast_to(quantile_midpoints(shape[-1]), shape)
+    return jax.random.uniform(key, shape)
 
 
 def q_values(setup: Setup, params: Params, obs: jax.Array, taus: jax.Array) -> jax.Array:
@@ -369,7 +371,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     # ACT: epsilon-greedy in the mean of K quantiles
     exploration_steps = args.exploration_fraction * args.total_timesteps
     epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, index * args.num_envs)
-    taus = draw_taus(setup, taus_key, args.num_quantile_samples)  # [K], shared by the N envs
+    taus = draw_taus(setup, taus_key, (args.num_quantile_samples,))  # [K], shared by the N envs
     action = epsilon_greedy(action_key, q_values(setup, state.params, state.obs, taus), epsilon)  # [N]
 
     # STEP THE ENVS AND STORE THE TRANSITIONS
@@ -421,20 +423,20 @@ def gradient_step(
     # [IQN-10] the next action a' is greedy in the mean of K quantiles, the target network's (Dopamine's
     # IQN) or the online one's (Double DQN); its N' quantiles come from the target network either way
     chooser = state.params if args.double_dqn else state.target_params
-    select_taus = draw_taus(setup, select_key, args.num_quantile_samples)  # [K]
+    select_taus = draw_taus(setup, select_key, (args.num_quantile_samples,))  # [K], shared by the batch
     next_action = jnp.argmax(q_values(setup, chooser, batch.next_obs, select_taus), axis=-1)  # [B]
-    target_taus = draw_taus(setup, target_key, args.num_tau_prime_samples)  # [Z']
+    # [IQN-9] the loss's fractions are drawn per transition, as the paper's and Dopamine's
+    target_taus = draw_taus(setup, target_key, (args.batch_size, args.num_tau_prime_samples))  # [B, Z']
     next_quantiles = network.apply(state.target_params, batch.next_obs, target_taus)  # [B, Z', A]
     bootstrap = args.gamma * (1.0 - batch.terminated.astype(jnp.float32))  # [B], 0 after a termination
     # [IQN-13] no gradient through the target: it is computed outside the differentiated loss
     targets = batch.reward[:, None] + bootstrap[:, None] * next_quantiles[rows, :, next_action]  # [B, Z']
-    taus = draw_taus(setup, online_key, args.num_tau_samples)  # [Z]
+    taus = draw_taus(setup, online_key, (args.batch_size, args.num_tau_samples))  # [B, Z]
 
     def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
         quantiles = network.apply(params, batch.obs, taus)  # [B, Z, A]
         quantiles = quantiles[rows, :, batch.action]  # [B, Z] of the taken action
-        every_taus = jnp.broadcast_to(taus, quantiles.shape)  # [B, Z]
-        return quantile_huber_loss(quantiles, every_taus, targets, args.kappa), quantiles.mean()
+        return quantile_huber_loss(quantiles, taus, targets, args.kappa), quantiles.mean()
 
     (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = setup.optimizer.update(grads, state.opt_state, state.params)
