@@ -235,7 +235,7 @@ def test_train_shapes_under_jit_and_vmap(env_id, cnn):
     assert bool(jnp.all(jnp.isnan(metrics.td_loss[:, 0]))) and bool(
         jnp.all(jnp.isfinite(metrics.td_loss[:, 1:]))
     )
-    init = jax.vmap(functools.partial(dqn.init_state, setup))(keys)
+    init = jax.jit(jax.vmap(functools.partial(dqn.init_state, setup)))(keys)
     assert not tree_equal(init.params, state.params)
     assert not tree_equal(init.target_params, state.target_params)  # updated at 120, 160, ...
     assert not np.allclose(metrics.td_loss[0, 1:], metrics.td_loss[1, 1:])  # independent seeds

@@ -368,7 +368,7 @@ def test_train_shapes_under_jit_and_vmap(env_id, cnn, qr_dqn):
     np.testing.assert_array_equal(metrics.gradient_steps, [[0, 25, 25, 25]] * 3)
     assert bool(jnp.all(jnp.isnan(metrics.loss[:, 0]))) and bool(jnp.all(jnp.isfinite(metrics.loss[:, 1:])))
     assert bool(jnp.all(metrics.loss[:, 1:] > 0))
-    init = jax.vmap(functools.partial(iqn.init_state, setup))(keys)
+    init = jax.jit(jax.vmap(functools.partial(iqn.init_state, setup)))(keys)
     assert not tree_equal(init.params, state.params)  # it took gradient steps
     assert not tree_equal(init.target_params, state.target_params)  # copied at 120, 160, ...
     assert not np.allclose(metrics.loss[0, 1:], metrics.loss[1, 1:])  # independent seeds

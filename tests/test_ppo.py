@@ -175,7 +175,7 @@ def test_train_shapes_under_jit_and_vmap(env_id, network):
     assert metrics.value_loss.shape == (3, agent.sizes.num_iterations)
     assert bool(jnp.all(jnp.isfinite(metrics.value_loss)))
     # at least one gradient step was taken: the parameters moved
-    init_params = jax.vmap(lambda key: ppo.init_state(agent, key))(keys).params
+    init_params = jax.jit(jax.vmap(lambda key: ppo.init_state(agent, key)))(keys).params
     assert not tree_equal(init_params, state.params)
     if network == "cnn":  # 3 seeds x the 3x3 conv on C = 4 channels as a [9C, 16] kernel
         assert init_params.actor["params"]["Conv3x3_0"]["Dense_0"]["kernel"].shape == (3, 36, 16)

@@ -195,7 +195,7 @@ def test_make_train_under_jit_and_vmap_takes_gradient_steps():
     assert state.obs.shape == (3, args.num_envs, math.prod(setup.spec.obs_shape))
     assert metrics.td_loss.shape == (3, num_iterations)
     assert bool(jnp.all(jnp.isfinite(metrics.td_loss))) and bool(jnp.all(metrics.grad_norm > 0))
-    init = jax.vmap(lambda k: pqn_jax.init_state(setup, k))(keys)
+    init = jax.jit(jax.vmap(lambda k: pqn_jax.init_state(setup, k)))(keys)
     assert not tree_equal(init.params, state.params)  # at least one gradient step was taken
     assert not np.allclose(metrics.td_loss[0], metrics.td_loss[1])  # seeds are independent runs
     # epsilon at the first rollout's last step: 28 of the 32 exploration steps done

@@ -361,7 +361,7 @@ def test_train_shapes_under_jit_and_vmap():
     assert all(x.shape == (3, 6) for x in metrics)
     assert np.isnan(metrics.qf_loss[:, :2]).all() and np.isfinite(metrics.qf_loss[:, 2:]).all()
     assert np.isfinite(metrics.actor_loss[:, 2:]).all() and np.isfinite(metrics.alpha_loss[:, 2:]).all()
-    init = jax.vmap(functools.partial(sac.init_state, setup))(keys)
+    init = jax.jit(jax.vmap(functools.partial(sac.init_state, setup)))(keys)
     assert not tree_equal(init.learner.params.actor, state.learner.params.actor)  # gradient steps taken
     assert not tree_equal(init.learner.params.critic_target, state.learner.params.critic_target)
     assert bool(jnp.all(state.learner.params.log_alpha != 0.0))  # autotune moved alpha from exp(0)

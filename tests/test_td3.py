@@ -224,7 +224,7 @@ def test_train_shapes_under_jit_and_vmap():
     assert all(x.shape == (3, 6) for x in metrics)
     assert np.isnan(metrics.qf_loss[:, :2]).all() and np.isfinite(metrics.qf_loss[:, 2:]).all()
     assert np.isfinite(metrics.actor_loss[:, 2:]).all() and np.isfinite(metrics.qf2_loss[:, 2:]).all()
-    init = jax.vmap(functools.partial(td3.init_state, setup))(keys)
+    init = jax.jit(jax.vmap(functools.partial(td3.init_state, setup)))(keys)
     for name in td3.TD3Params._fields:  # gradient steps taken, targets moved
         assert not tree_equal(getattr(init.learner.params, name), getattr(state.learner.params, name)), name
     assert not np.allclose(metrics.qf_loss[0, 2:], metrics.qf_loss[1, 2:])  # independent seeds
