@@ -52,6 +52,13 @@ def load_file(path: Path, name: str) -> ModuleType:
     return module
 
 
+def skip_module_without_playground() -> None:
+    """Skip the calling test module unless the optional extra playground is installed. The check finds
+    mujoco_playground without importing it: the import costs seconds, paid only where its tests run."""
+    if importlib.util.find_spec("mujoco_playground") is None:
+        pytest.skip("the optional extra playground: pip install -e '.[playground]'", allow_module_level=True)
+
+
 def session_cache() -> list[str]:
     """The flag that points a script at the session's compilation cache (conftest.py)."""
     cache = os.environ.get("VIBE_RL_TEST_JAX_CACHE")

@@ -8,7 +8,6 @@ these check the plumbing, not the learning (docs/results.md has the suite's runs
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import re
 import zlib
@@ -18,11 +17,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import load_script, rewound_copy, run_args, run_script, steps_trained, tree_equal
+from _helpers import (
+    load_script,
+    rewound_copy,
+    run_args,
+    run_script,
+    skip_module_without_playground,
+    steps_trained,
+    tree_equal,
+)
 
-EXTRA = "the optional extra playground: pip install -e '.[playground]'"
-if importlib.util.find_spec("mujoco_playground") is None:  # found, not imported: importing it costs seconds
-    pytest.skip(EXTRA, allow_module_level=True)
+skip_module_without_playground()
 h = load_script("ppo_jax_scan")
 BALANCE = "playground/CartpoleBalance"
 N, T, LIMIT = 4, 12, 5  # every hand-driven test: 4 envs, 12 steps, episodes cut at 5 steps

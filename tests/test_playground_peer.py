@@ -6,7 +6,6 @@ benchmark/run.py parses brax_train.py's."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import json
 import re
@@ -16,11 +15,9 @@ from pathlib import Path
 
 import mujoco
 import pytest
-from _helpers import ROOT, load_file, session_cache, subprocess_env
+from _helpers import ROOT, load_file, session_cache, skip_module_without_playground, subprocess_env
 
-EXTRA = "the optional extra playground: pip install -e '.[playground]'"
-if importlib.util.find_spec("mujoco_playground") is None:  # found, not imported: importing it costs seconds
-    pytest.skip(EXTRA, allow_module_level=True)
+skip_module_without_playground()
 RUNNER = ROOT / "benchmark" / "peers" / "playground_brax.py"
 
 
