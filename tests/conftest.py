@@ -15,17 +15,15 @@ configuration two tests share, in either xdist worker) is loaded the next time."
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import os
 import shutil
-import sys
 import tempfile
 
 import jax
 import pytest
 
-from vibe_rl.ppo_jax_scan import Deferred
+from vibe_rl.ppo_jax_scan import defer_renderer_imports
 
 # tyro reads each dataclass's source at every parse (it clears its own caches after each call), and
 # Python 3.11's inspect finds a class by parsing its whole module: ~70 ms per command line for a
@@ -42,11 +40,9 @@ FAST_COMPILE = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # gymnax imports seaborn (and with it pandas) and pyplot for renderers that no test draws with: as
-    # in the scripts (start_jax), they load when first used. 1.5-2.5 s less of each worker's collection.
-    for name in ("matplotlib.pyplot", "seaborn"):
-        if name not in sys.modules and importlib.util.find_spec(name) is not None:
-            sys.modules[name] = Deferred(name)
+    # as in the scripts (start_jax): gymnax's seaborn (pandas with it) and pyplot load when first used, which
+    # no test does; 1.5-2.5 s less of each worker's collection
+    defer_renderer_imports()
     if "VIBE_RL_TEST_JAX_CACHE" not in os.environ:  # xdist workers inherit the controller's
         os.environ["VIBE_RL_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="vibe_rl-test-jax-cache-")
         config.stash[OWN_CACHE] = True

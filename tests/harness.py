@@ -691,6 +691,12 @@ class Deferred(types.ModuleType):  # in sys.modules for a module: imports it whe
         return getattr(importlib.import_module(self.__name__), name)
 
 
+def defer_renderer_imports() -> None:  # gymnax imports them for renderers unused here: loaded when first read
+    for name in ("matplotlib.pyplot", "seaborn"):
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            sys.modules[name] = Deferred(name)
+
+
 def programs(args: Flags) -> list[list[Flags]]:  # the grid grouped by static flags: a program each
     grouped: dict[tuple, list[Flags]] = {}
     for config in sweep_grid(args):
@@ -708,9 +714,7 @@ def cpu_device_count(runs: int, cores: int) -> int:
 def start_jax(args: Flags) -> None:
     """Configure JAX before its backend starts (importing gymnax starts it): CPU devices, compile cache."""
     require(args.cpu_devices <= 1024, f"--cpu-devices must be at most 1024, got {args.cpu_devices}")
-    for name in ("matplotlib.pyplot", "seaborn"):  # gymnax imports them for renderers unused here
-        if name not in sys.modules and importlib.util.find_spec(name) is not None:
-            sys.modules[name] = Deferred(name)
+    defer_renderer_imports()
     if args.jax_cache_dir:  # a repeated configuration loads its compiled programs from disk, all of them
         jax.config.update("jax_compilation_cache_dir", str(Path(args.jax_cache_dir).expanduser()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
