@@ -192,6 +192,30 @@ def test_no_noisy_draws_no_noise_and_explores_by_epsilon():
     assert float(info.epsilon[0]) > 0.5  # epsilon-greedy, early in its schedule
 
 
+def test_a_noisy_layer_draws_factorised_noise_of_independent_normals():
+    """[RB-6] With mu 0 and sigma 1, a noisy layer of p = 2 inputs and 3 outputs maps 0 to its bias noise
+    f(eps_out) [3] and the unit vector e_i to f(eps_in_i) f(eps_out) + f(eps_out). Over 4,000 draws,
+    f(eps) = sgn(eps) sqrt|eps| of a standard normal has E f^2 = E|eps| = sqrt(2 / pi), and no factor
+    correlates with another (one shared draw cut into overlapping eps_in and eps_out would)."""
+    layer = rainbow.NoisyDense(3, std_init=0.5)
+    params = layer.init({"params": jax.random.PRNGKey(0), "noise": jax.random.PRNGKey(1)}, jnp.zeros(2), True)
+    ones = {
+        name: jnp.ones_like(v) if "sigma" in name else jnp.zeros_like(v)
+        for name, v in params["params"].items()
+    }
+    inputs = jnp.concatenate([jnp.zeros((1, 2)), jnp.eye(2)])  # [3, p]: 0, e_1, e_2
+    draw = lambda key: layer.apply({"params": ones}, inputs, True, rngs={"noise": key})  # [3, 3]
+    outputs = np.asarray(
+        jax.vmap(draw)(jax.random.split(jax.random.PRNGKey(2), 4000)), np.float64
+    )  # [K, 3, 3]
+    f_out = outputs[:, 0]  # [K, 3]
+    f_in = (outputs[:, 1:, 0] - f_out[:, None, 0]) / f_out[:, None, 0]  # [K, 2] from the first output
+    factors = np.concatenate([f_in, f_out], axis=1)  # [K, 5]
+    np.testing.assert_allclose((factors**2).mean(axis=0), np.sqrt(2 / np.pi), atol=0.05)
+    correlation = np.corrcoef(factors, rowvar=False)  # [5, 5]
+    assert np.abs(correlation - np.eye(5)).max() < 0.08, correlation.round(2)
+
+
 def test_n_step_1_stores_the_one_step_target():
     for n, discount in ((3, 0.99**3), (1, 0.99)):
         _, state, _ = one_gradient_step(n_step=n, noisy=False)
