@@ -139,11 +139,8 @@ class NoisyDense(nn.Module):
         w_sigma = self.param("w_sigma", sigma, (p, self.features))  # [p, features]
         b_sigma = self.param("b_sigma", sigma, (self.features,))  # [features]
         f = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))
-        # eps_in [p] and eps_out [features], cut from one draw of p + features normals: each draw
-        # compiles its own random-bits program; two a layer made the chunk's compile 1.5x as long
-        # (docs/rainbow_jax.md)
-        eps = f(jax.random.normal(self.make_rng("noise"), (p + self.features,)))  # [p + features]
-        eps_in, eps_out = eps[:p], eps[p:]
+        in_key, out_key = jax.random.split(self.make_rng("noise"))
+        eps_in, eps_out = f(jax.random.normal(in_key, (p,))), f(jax.random.normal(out_key, (self.features,)))
         return x @ (w_mu + w_sigma * jnp.outer(eps_in, eps_out)) + b_mu + b_sigma * eps_out
 
 
