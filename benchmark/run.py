@@ -204,6 +204,17 @@ def select_entries(
     return entries
 
 
+def installed_entries(entries: list[Entry]) -> list[Entry]:
+    """The entries whose env can run here: a playground/ env needs the optional `playground` extra
+    (mujoco_playground); each entry left out is said in one line."""
+    if importlib.util.find_spec("mujoco_playground") is not None:
+        return entries
+    for entry in entries:
+        if entry.env.startswith("playground/"):
+            print(f"skipped {entry.name} on {entry.env}: pip install -e '.[playground]' to run it")
+    return [entry for entry in entries if not entry.env.startswith("playground/")]
+
+
 def flag_list(flags: dict[str, Any]) -> list[str]:
     """A toml flag table as tyro command-line flags."""
     out = []
@@ -890,11 +901,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = select_entries(
         suite, quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points
     )
-    if importlib.util.find_spec("mujoco_playground") is None:  # the optional extra: its entries skipped, said
-        skipped = [e for e in entries if e["env"].startswith("playground/")]
-        entries = [e for e in entries if e not in skipped]
-        for entry in skipped:
-            print(f"skipped {entry['script']} on {entry['env']}: pip install -e '.[playground]' to run it")
+    entries = installed_entries(entries)
     out = args.out or ROOT / "benchmark" / "out" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": [], "notes": args.note}

@@ -8,6 +8,7 @@ preset on PPO.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 import subprocess
@@ -140,6 +141,29 @@ def test_select_entries_filters_and_overrides():
     assert ppo.eval_frequency == 0  # --eval-points 0: no evaluation curve
     (dqn,) = bench.select_entries(suite, quick=True, algos=["dqn_jax"])
     assert dqn.flags["learning-starts"] < 10_000  # the quick table's flags override the full ones
+
+
+def test_without_the_playground_extra_its_entries_are_skipped_and_said(tmp_path, monkeypatch, capsys):
+    """The README's install has no `playground` extra: the runner leaves its entries out, says so in
+    one line each, and runs the rest; with the extra, it keeps them."""
+    find_spec = importlib.util.find_spec
+    installed = {"mujoco_playground": False}
+
+    def find(name: str, *rest: object) -> object:
+        if name == "mujoco_playground":
+            return object() if installed[name] else None
+        return find_spec(name, *rest)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find)
+    entries = fake_entry("Good-v0", 50.0) + fake_entry("playground/CartpoleBalance", 0.0)
+    suite = write_suite(tmp_path, entries)
+    code, report = run_harness(tmp_path, suite)
+    assert code == 0 and [r["env"] for r in report["entries"]] == ["Good-v0"]
+    said = "skipped fake_algo on playground/CartpoleBalance: pip install -e '.[playground]' to run it"
+    assert said in capsys.readouterr().out.splitlines()
+    installed["mujoco_playground"] = True
+    selected = bench.select_entries(bench.load_suite(suite), quick=False)
+    assert [e.env for e in bench.installed_entries(selected)] == ["Good-v0", "playground/CartpoleBalance"]
 
 
 def test_flag_list_spells_tyro_flags():
