@@ -240,8 +240,11 @@ def test_init_sampling_and_rollout_are_those_of_ppo_jax_scan(env_id):
     assert ppo.Metrics._fields == ppo_jax_scan.Metrics._fields  # so the tags too (the harness names them)
 
 
-def test_evaluate_saved_model_example_names_no_other_script():
-    assert "ppo_jax_scan" not in ppo.evaluate_saved_model.__doc__
+def test_the_commands_its_docstring_gives_run_ppo_multigpu():
+    """ppo_multigpu.py began as a copy of ppo_jax_scan.py: a command its docstring gives a user runs this
+    script, not that one. (The harness's docstrings are the same text in every script: test_harness.py.)"""
+    commands = re.findall(r"python (\S+\.py)", ppo.__doc__)
+    assert commands and set(commands) == {"vibe_rl/ppo_multigpu.py"}, commands
 
 
 # --- shapes under jit and vmap; chunks equal the single program; --target-kl -----------
