@@ -4,7 +4,7 @@ at the configuration the full suite runs.
     python -m benchmark.commands            # write docs/commands.md from benchmark/suite.toml
     python -m benchmark.commands --check    # exit 1, writing nothing, if the page is not current
 
-The flags come from benchmark/run.py's `entry_flags`, the ones `python -m benchmark --full` runs
+The flags come from benchmark/suite.py's `entry_flags`, the ones `python -m benchmark --full` runs
 each entry with, less the harness's own (HARNESS_ONLY): a command here trains what the suite
 trains. tests/test_benchmark.py checks that the committed page is what this writes now.
 """
@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmark.run import ROOT, SUITE, Entry, entry_flags, load_suite, select_entries
+from benchmark.suite import ROOT, SUITE, Entry, entry_flags, load_suite, select_entries
 
 PAGE = ROOT / "docs" / "commands.md"
 WIDTH = 100  # a longer command is continued on the next line with a backslash

@@ -27,13 +27,23 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmark.export import find_run_dirs
-from benchmark.results import RESULTS_DIR, RUN_KEYS, as_result, load_records
-from benchmark.run import ci_text, eval_curve, learning_curve, pyplot, read_args, training_score
+from benchmark.results import (
+    RESULTS_DIR,
+    RUN_KEYS,
+    as_result,
+    ci_text,
+    eval_curve,
+    learning_curve,
+    load_records,
+    pyplot,
+    read_args,
+    training_score,
+)
 from benchmark.stats import mean_ci_band
 
 
 class Match(NamedTuple):
-    """A user's run and the entry (a docs/results/ record, as benchmark/run.py's entry dict) it repeats."""
+    """A user's run and the entry (a docs/results/ record, as benchmark/results.py's entry dict) it repeats."""
 
     run_dir: Path
     entry: dict[str, Any] | None  # None: no entry has this script, env and budget

@@ -1,9 +1,10 @@
-"""The benchmark harness: does every script still learn, and how fast is it, on this machine.
+"""The benchmark's runner: does every script still learn, and how fast is it, on this machine.
 
     python -m benchmark                          every script on one env, short budget (smoke test; minutes)
     python -m benchmark --quick                  the same, named
     python -m benchmark --full                   the whole suite at full budget (hours on a CPU)
     python -m benchmark --full --algos ppo --envs CartPole-v1 --seeds 2 --out bench
+    python -m benchmark --full --entries ppo_jax_scan__CartPole-v1,dqn_jax__Breakout-MinAtar
     python -m benchmark --quick --peers          + rejax and Stable-Baselines3, when installed
     python -m benchmark --full --record          + keep each entry's seeds and curves in docs/results/,
                                                  and regenerate docs/results.md, the page to cite
@@ -11,11 +12,12 @@
     python -m benchmark --from-results OUT/results.json --record   the same from a saved run
     python -m benchmark --quick --eval-points 0  no evaluation curves (for throughput figures)
 
-The suite (scripts, envs, flags, budgets, thresholds) is benchmark/suite.toml. Each entry
-is run as one subprocess, exactly as a user runs the script (`--num-seeds N`: N seeds in
-one vmapped program, `--eval-frequency total_timesteps // eval_points`: an evaluation curve),
-and read back from its run directories (eval.json, metrics.jsonl, args.json); nothing is
-imported from the scripts. Writes to --out:
+The suite (scripts, envs, flags, budgets, thresholds) is benchmark/suite.toml, read by
+benchmark/suite.py. Each entry is run as one subprocess, exactly as a user runs the script
+(`--num-seeds N`: N seeds in one vmapped program, `--eval-frequency total_timesteps //
+eval_points`: an evaluation curve), and read back from its run directories (eval.json,
+metrics.jsonl, args.json) by benchmark/results.py, which also makes every figure, table and plot
+(its docstring defines them); nothing is imported from the scripts. Writes to --out:
 
     results.json     every figure, with the machine, jax/jaxlib versions, device and date;
                      per entry each seed's final score and evaluation curve
@@ -25,211 +27,132 @@ imported from the scripts. Writes to --out:
                      the training return (solid) and of the evaluation return (dashed)
     profile.png      performance profiles: per script, the fraction of runs whose normalised
                      score exceeds tau
-    runs/            the scripts' run directories
+    logs/, runs/     each child's output and the scripts' run directories
 
 --docs writes the table into docs/benchmarks.md. --record writes each full-preset entry that ran
-to docs/results/ (benchmark/results.py: its command, commit, machine, every seed's score and
-curves) and regenerates docs/results.md from that folder. --from-results PATH runs nothing: it
-re-aggregates a saved results.json (every seed's raw scores and curves are in it) and writes the
-same outputs. `python -m benchmark.compare RUN_DIR` sets a run of yours beside an entry's seeds.
-`python -m benchmark.export RUN_DIRS` writes the runs' training curves as a CSV;
-`python -m benchmark.random_policy ENV_IDS` measures suite.toml's [random].
+to docs/results/ (its command, commit, machine, every seed's score and curves) and regenerates
+docs/results.md from that folder. --from-results PATH runs nothing: it re-aggregates a saved
+results.json (every seed's raw scores and curves are in it) and writes the same outputs.
+`python -m benchmark.compare RUN_DIR` sets a run of yours beside an entry's seeds.
 
-Exit status 1 if any entry crashed, timed out, was missing or missed its threshold.
-
-Definitions:
-- score: a seed's eval.json "mean", its final deterministic evaluation (the mean return of
-  --eval-episodes episodes); with `score = "training"` (Craftax: its scoreboard's unit, and
-  greedy policies there score below random), the mean training return (charts/episodic_return)
-  of its last tenth of logged points. eval return: the mean over seeds of the scores, +- their std.
-- IQM [95% CI]: the interquartile mean of the seeds' scores (trim_mean(x, 0.25): with 3 seeds
-  or fewer, the mean) and its 95% percentile bootstrap interval over the seeds (2000
-  resamples, benchmark/stats.py). An entry passes when its IQM reaches its threshold; an entry
-  with `below = true` (a contrast: a script that must fail where another succeeds, e.g. a
-  feed-forward policy on a task that needs memory) passes when its IQM stays below it, and has
-  no normalised score (it is left out of the per-script aggregates and profiles).
-- normalised: (score - random) / (threshold - random): the random policy's return (suite.toml's
-  [random]) is 0 and the entry's threshold, the reference, is 1 (the quick preset's own
-  threshold in --quick). Per script: the IQM of the normalised scores of all its runs, every
-  env's seeds pooled, with a stratified bootstrap CI (seeds resampled within each env), as in
-  Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice".
-- compile s: the sum of the "compiled ... in X.Xs" lines the script prints.
-- env steps/s: training throughput summed over seeds = seeds x the median of the run's
-  logged charts/SPS (each chunk's steps / its time: compile, start-up and the final
-  evaluation excluded); where a script logs no charts/SPS, total steps x seeds / (wall -
-  compile). The evaluations at --eval-frequency run while the next chunk is in flight and
-  share its device: they lower charts/SPS (quick PPO CartPole-v1, 2026-11-25: ~100k instead
-  of ~150k-190k steps/s); `--eval-points 0` measures speed without them.
-- ceiling: random-action gymnax stepping in one compiled scan (benchmark/ceiling.py) at
-  num_envs x seeds parallel envs, the same number the vmapped program steps.
+Ctrl-C (SIGINT) or SIGTERM stops the runner: the child in flight is killed with its process
+group (each child runs in its own), no other starts, and the report of the entries that
+finished is written, with the command that runs the rest (`--entries`); exit status 128 +
+the signal's number. Otherwise exit status 1 if any entry crashed, timed out, was missing or
+missed its threshold.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
-import math
 import os
 import platform
 import re
+import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, from PyPI
-    import tomli as tomllib
+from benchmark.results import (
+    RESULTS_DIR,
+    algorithm_fingerprint,
+    ci_text,
+    entry_result,
+    fmt,
+    markdown,
+    median_sps,
+    read_evals,
+    threshold_text,
+    update_docs,
+    write_records,
+    write_report,
+    write_results_doc,
+)
+from benchmark.suite import ROOT, SUITE, Entry, entry_flags, flag_list, load_suite, select_entries, selected
 
-import numpy as np
-
-from benchmark.stats import iqm, mean_ci_band, normalise, performance_profile, stratified_bootstrap_ci
-
-ROOT = Path(__file__).resolve().parents[1]
-SUITE = Path(__file__).with_name("suite.toml")
 PEERS_DIR = Path(__file__).with_name("peers")
 COMPILED = re.compile(r"^compiled .* in ([0-9.]+)s", re.MULTILINE)
 TRAINED = re.compile(r"^trained .* in ([0-9.]+)s", re.MULTILINE)  # the peer runners print it
-DOCS_PATH = ROOT / "docs" / "benchmarks.md"
-RESULTS_DOC_PATH = ROOT / "docs" / "results.md"
 
 
 # =====================================================================================
-# The suite
+# Children, and stopping them: Ctrl-C and SIGTERM
 # =====================================================================================
 
 
 @dataclass
-class Entry:
-    """One (script, env) of the suite at one preset's budget."""
+class Stop:
+    """Whether a signal asked the runner to stop, and the child it is waiting on."""
 
-    script: str  # path relative to the repository root (or absolute)
-    env: str
-    total_timesteps: int
-    threshold: float
-    seeds: int
-    timeout: float
-    flags: dict[str, Any] = field(default_factory=dict)
-    variant: str = ""  # tells apart two entries of one script and env (e.g. "masked")
-    below: bool = False  # a contrast: the IQM must stay below the threshold
-    eval_points: int = 20  # evaluations per run: --eval-frequency total_timesteps // eval_points (0: off)
-    random_score: float | None = None  # the random policy's return on env (suite.toml's [random])
-    threshold_source: str = ""  # where the threshold comes from: the comment on its line in suite.toml
-    score: str = "eval"  # a seed's score: "eval", its final evaluation; "training", its last training returns
-
-    @property
-    def name(self) -> str:
-        return Path(self.script).stem + (f" ({self.variant})" if self.variant else "")
-
-    @property
-    def eval_frequency(self) -> int:
-        return max(1, self.total_timesteps // self.eval_points) if self.eval_points else 0
+    signum: int | None = None  # the first SIGINT or SIGTERM received
+    child: subprocess.Popen | None = None  # the child in flight, in its own process group
 
 
-def load_suite(path: Path = SUITE) -> dict[str, Any]:
-    """The suite; each [[entry]] gains `threshold_source`, the comment on its threshold line."""
-    text = path.read_text()
-    suite = tomllib.loads(text)
-    blocks = re.split(r"^\[\[entry\]\]\s*$", text, flags=re.MULTILINE)[1:]  # the text of each [[entry]]
-    for raw, block in zip(suite.get("entry", []), blocks, strict=True):
-        found = re.search(r"^threshold\s*=[^#\n]*#\s*(.*)$", block, flags=re.MULTILINE)
-        raw.setdefault("threshold_source", found.group(1).strip() if found else "")
-    return suite
+STOP = Stop()
 
 
-def selected(entry: dict[str, Any], algos: list[str] | None, envs: list[str] | None) -> bool:
-    """Whether a suite entry (or a saved result: both have "script" and "env") is in --algos / --envs.
-    An algo matches a script's stem or its prefix up to "_" ("ppo" selects ppo_jax_scan and ppo_multigpu)."""
-    stem = Path(entry["script"]).stem
-    return (not algos or any(stem == a or stem.startswith(a + "_") for a in algos)) and (
-        not envs or entry["env"] in envs
-    )
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill a child and everything it started: the child leads its own process group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
-def select_entries(
-    suite: dict[str, Any],
-    quick: bool,
-    algos: list[str] | None = None,
-    envs: list[str] | None = None,
-    seeds: int | None = None,
-    timeout: float | None = None,
-    eval_points: int | None = None,
-) -> list[Entry]:
-    """The suite's entries for a preset, filtered by script name and env.
-
-    --quick keeps the entries with a `quick` table and applies its budget, threshold, flags
-    (and seeds, timeout, eval_points) over the full ones; [defaults] gives seeds, timeout and
-    eval_points otherwise; seeds, timeout and eval_points given here override all. An entry's
-    own `seeds` is the full preset's (what a seed costs at the full budget): --quick takes its
-    table's, else quick_seeds. A quick threshold's source is "quick smoke threshold".
-    `selected` says which entries --algos / --envs keep.
-    """
-    defaults = suite.get("defaults", {})
-    entries = []
-    for raw in suite["entry"]:
-        if quick and "quick" not in raw:
-            continue
-        if not selected(raw, algos, envs):
-            continue
-        over = raw.get("quick", {}) if quick else {}
-        prefix = "quick_" if quick else ""
-        source = "quick smoke threshold, not a reference" if "threshold" in over else ""
-        points = over.get("eval_points", raw.get("eval_points", defaults.get("eval_points", 20)))
-        own_seeds = defaults.get("quick_seeds", 1) if quick else raw.get("seeds", defaults.get("seeds", 1))
-        entries.append(
-            Entry(
-                script=raw["script"],
-                env=raw["env"],
-                total_timesteps=over.get("total_timesteps", raw["total_timesteps"]),
-                threshold=over.get("threshold", raw["threshold"]),
-                seeds=seeds or over.get("seeds", own_seeds),
-                timeout=timeout
-                or over.get("timeout", raw.get("timeout", defaults.get(prefix + "timeout", 3600))),
-                flags={**raw.get("flags", {}), **over.get("flags", {})},
-                variant=raw.get("variant", ""),
-                below=raw.get("below", False),
-                eval_points=points if eval_points is None else eval_points,
-                random_score=suite.get("random", {}).get(raw["env"]),
-                threshold_source=source or raw.get("threshold_source", ""),
-                score=raw.get("score", "eval"),
-            )
-        )
-    return entries
+def on_stop_signal(signum: int, _frame: Any) -> None:
+    """SIGINT / SIGTERM: kill the child in flight; the runner starts no other and writes its report."""
+    STOP.signum = STOP.signum or signum  # no print here: it could re-enter a print in flight
+    if STOP.child is not None:
+        kill_group(STOP.child)
 
 
-def installed_entries(entries: list[Entry]) -> list[Entry]:
-    """The entries whose env can run here: a playground/ env needs the optional `playground` extra
-    (mujoco_playground); each entry left out is said in one line."""
-    if importlib.util.find_spec("mujoco_playground") is not None:
-        return entries
-    for entry in entries:
-        if entry.env.startswith("playground/"):
-            print(f"skipped {entry.name} on {entry.env}: pip install -e '.[playground]' to run it")
-    return [entry for entry in entries if not entry.env.startswith("playground/")]
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within it, SIGINT and SIGTERM stop the runner (on_stop_signal); the handlers are restored after."""
+    STOP.signum, STOP.child = None, None
+    previous = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
-def flag_list(flags: dict[str, Any]) -> list[str]:
-    """A toml flag table as tyro command-line flags."""
-    out = []
-    for key, value in flags.items():
-        if value is True:
-            out.append(f"--{key}")
-        elif value is False:
-            out.append(f"--no-{key}")
-        else:
-            out += [f"--{key}", str(value)]
-    return out
+@contextlib.contextmanager
+def child(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """A child process in its own process group, so that a stop or an error kills it and all it
+    started; it is always waited for, so none outlives the runner."""
+    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, **popen)
+    STOP.child = process
+    try:
+        if STOP.signum is not None:  # the signal came before the child was registered
+            kill_group(process)
+        yield process
+    finally:
+        STOP.child = None
+        if process.poll() is None:
+            kill_group(process)
+        process.wait()
+
+
+def child_output(command: list[str]) -> tuple[int, str]:
+    """A short child's exit status and stdout (its stderr dropped)."""
+    with child(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
+        stdout, _ = process.communicate()
+    return process.returncode, stdout
 
 
 # =====================================================================================
-# Running one script as a user does, and reading its run directories back
+# Running one script as a user does
 # =====================================================================================
 
 
@@ -237,7 +160,7 @@ def flag_list(flags: dict[str, Any]) -> list[str]:
 class RunOutcome:
     """What one subprocess did: its status and the run directories it wrote."""
 
-    status: str  # "ok", "crash", "timeout", "missing"
+    status: str  # "ok", "crash", "timeout", "missing", "stopped" (a signal stopped the runner)
     wall_s: float
     compile_s: float | None
     run_dirs: list[Path]
@@ -259,18 +182,20 @@ def launch(
     with open(log, "w") as out:
         out.write("$ " + " ".join(command) + "\n")
         out.flush()
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            returncode = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            returncode = None
+        with child(command, stdout=out, stderr=subprocess.STDOUT, env=env) as process:
+            try:
+                returncode = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                returncode = None  # leaving `child` kills it, with all it started
     wall = time.perf_counter() - start
     text = log.read_text()
     compile_times = [float(x) for x in COMPILED.findall(text)]
     compile_s = sum(compile_times) if compile_times else None
     run_dirs = sorted(p for p in output_dir.iterdir() if p.is_dir())
+    if STOP.signum is not None:
+        return RunOutcome(
+            "stopped", wall, compile_s, run_dirs, f"stopped by {signal.Signals(STOP.signum).name}"
+        )
     if returncode is None:
         return RunOutcome("timeout", wall, compile_s, run_dirs, f"killed after {timeout:.0f}s")
     if returncode != 0:
@@ -282,179 +207,30 @@ def launch(
     return RunOutcome("ok", wall, compile_s, run_dirs)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def learning_curve(run_dir: Path) -> tuple[list[int], list[float]]:
-    """(global_step, charts/episodic_return) of a run, the finite points only."""
-    points = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "charts/episodic_return" in p]
-    points = [p for p in points if p["charts/episodic_return"] is not None]
-    points = [p for p in points if math.isfinite(p["charts/episodic_return"])]
-    return [p["global_step"] for p in points], [p["charts/episodic_return"] for p in points]
-
-
-def eval_curve(evaluation: dict[str, Any]) -> tuple[list[int], list[float]]:
-    """(global_step, mean return) of eval.json's evaluation curve (--eval-frequency's points, then
-    the final evaluation); just the final evaluation where the run wrote no curve."""
-    points = evaluation.get("eval_curve") or [evaluation]
-    points = [p for p in points if "global_step" in p]
-    return [p["global_step"] for p in points], [p["mean"] for p in points]
-
-
-def training_score(run_dir: Path) -> float:
-    """The mean training return (charts/episodic_return) of a run's last tenth of logged points."""
-    returns = [p["charts/episodic_return"] for p in map(json.loads, (run_dir / "metrics.jsonl").open())
-               if "charts/episodic_return" in p]  # fmt: skip
-    return float(np.mean(returns[-max(1, len(returns) // 10) :]))
-
-
-def read_evals(run_dirs: list[Path]) -> list[dict[str, Any]]:
-    return [json.loads((d / "eval.json").read_text()) for d in run_dirs if (d / "eval.json").is_file()]
-
-
-def median_sps(run_dir: Path) -> float | None:
-    values = [p["charts/SPS"] for p in read_jsonl(run_dir / "metrics.jsonl") if "charts/SPS" in p]
-    return float(np.median(values)) if values else None
-
-
-def read_args(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "args.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def num_envs_of(run_dir: Path) -> int | None:
-    return read_args(run_dir).get("num_envs")
-
-
-def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return float(np.mean(values)), float(np.std(values))
-
-
-# =====================================================================================
-# Suite entries
-# =====================================================================================
-
-
-def entry_tag(script: str, env: str, variant: str = "") -> str:
-    """An entry's name in paths: ppo_jax_scan__CartPole-v1, ppo_rnn_jax__CartPole-v1__masked."""
-    return f"{Path(script).stem}__{env.replace('/', '-')}" + (f"__{variant}" if variant else "")
-
-
-def passes(score: float, threshold: float, below: bool) -> bool:
-    """Whether an IQM passes: it reaches the threshold, or for a contrast (`below`) stays under it."""
-    return score < threshold if below else score >= threshold
-
-
-def entry_flags(entry: Entry) -> list[str]:
-    """The flags an entry runs its script with (`launch` adds --output-dir); benchmark/commands.py
-    writes them, less the harness's own, as the commands of docs/commands.md."""
-    return [
-        "--env-id",
-        entry.env,
-        "--total-timesteps",
-        str(entry.total_timesteps),
-        "--seed",
-        "1",
-        "--num-seeds",
-        str(entry.seeds),
-        "--exp-name",
-        Path(entry.script).stem,
-        "--eval-frequency",
-        str(entry.eval_frequency),
-        *flag_list(entry.flags),
-    ]
+def installed_entries(entries: list[Entry]) -> list[Entry]:
+    """The entries whose env can run here: a playground/ env needs the optional `playground` extra
+    (mujoco_playground); each entry left out is said in one line."""
+    if importlib.util.find_spec("mujoco_playground") is not None:
+        return entries
+    for entry in entries:
+        if entry.env.startswith("playground/"):
+            print(f"skipped {entry.name} on {entry.env}: pip install -e '.[playground]' to run it")
+    return [entry for entry in entries if not entry.env.startswith("playground/")]
 
 
 def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
     """Run one entry, read it back, and judge it against its threshold."""
-    tag = entry_tag(entry.script, entry.env, entry.variant)
-    from benchmark.results import algorithm_fingerprint  # benchmark/results.py imports this module
-
-    flags = entry_flags(entry)
-    fingerprint = algorithm_fingerprint(ROOT / entry.script) if (ROOT / entry.script).is_file() else None
-    outcome = launch(
-        ROOT / entry.script, flags, out / "runs" / tag, entry.timeout, out / "logs" / f"{tag}.log"
+    script = ROOT / entry.script
+    fingerprint = algorithm_fingerprint(script) if script.is_file() else None
+    log = out / "logs" / f"{entry.tag}.log"
+    outcome = launch(script, entry_flags(entry), out / "runs" / entry.tag, entry.timeout, log)
+    result = entry_result(
+        entry, outcome.status, outcome.note, outcome.run_dirs, outcome.wall_s, outcome.compile_s, fingerprint
     )
-    scored = [d for d in outcome.run_dirs if (d / "eval.json").is_file()]  # a seed's directory, finished
-    evals = read_evals(scored)
-    seed_means = [e["mean"] for e in evals]
-    if entry.score == "training":
-        seed_means = [training_score(d) for d in scored]
-    mean, std = mean_std(seed_means)
-    score = iqm(seed_means) if seed_means else None
-    status, note = outcome.status, outcome.note
-    if status == "ok" and len(seed_means) != entry.seeds:
-        status, note = "crash", f"{len(seed_means)} run directories for {entry.seeds} seeds"
-    if status == "ok":
-        status = "pass" if passes(score, entry.threshold, entry.below) else "fail"
-    normalised = None
-    if seed_means and entry.random_score is not None and not entry.below:  # random at 0, threshold at 1
-        normalised = [normalise(x, entry.random_score, entry.threshold) for x in seed_means]
-    sps_logged = [s for s in map(median_sps, outcome.run_dirs) if s is not None]
-    if status in ("pass", "fail") and sps_logged:
-        sps = float(np.mean(sps_logged)) * entry.seeds
-    elif status in ("pass", "fail"):
-        sps = entry.total_timesteps * entry.seeds / max(outcome.wall_s - (outcome.compile_s or 0.0), 1e-9)
-    else:
-        sps = None
-    result = {
-        **asdict(entry),
-        "name": entry.name,
-        "status": status,
-        "note": note,
-        "eval_mean": mean,
-        "eval_std": std,
-        "seed_eval_means": seed_means,  # each seed's final score
-        "iqm": score,
-        "iqm_ci95": list(stratified_bootstrap_ci([seed_means])) if seed_means else None,
-        "normalised_scores": normalised,  # each seed's
-        "normalised_iqm": iqm(normalised) if normalised else None,
-        "eval_curves": [eval_curve(e) for e in evals],  # each seed's (steps, mean returns)
-        "wall_s": outcome.wall_s,
-        "compile_s": outcome.compile_s,
-        "env_steps_per_s": sps,
-        "num_envs": num_envs_of(outcome.run_dirs[0]) if outcome.run_dirs else None,
-        "curves": [learning_curve(d) for d in outcome.run_dirs],
-        "run_seeds": [read_args(d).get("run_seed", i) for i, d in enumerate(scored, 1)],
-        "algorithm_args": read_args(scored[0])
-        if scored
-        else {},  # benchmark/results.py keeps the algorithm's
-        "algorithm_fingerprint": fingerprint,
-        "run_dirs": [str(d) for d in outcome.run_dirs],
-    }
-    iqm_ci = ci_text(score, result["iqm_ci95"])
+    iqm_ci = ci_text(result["iqm"], result["iqm_ci95"])
+    status, note = result["status"], result["note"]
     print(f"  {entry.name} {entry.env}: {status} IQM {iqm_ci} (threshold {threshold_text(result)}) {note}")
     return result
-
-
-def normalised_by_script(entries: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
-    """Per script, the normalised scores of each of its entries (envs) that ran and have a
-    random score: one list of per-seed scores per entry."""
-    tasks: dict[str, list[list[float]]] = {}
-    for r in entries:
-        if r["status"] in ("pass", "fail") and r.get("normalised_scores"):
-            tasks.setdefault(Path(r["script"]).stem, []).append(r["normalised_scores"])
-    return tasks
-
-
-def aggregates(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per script: the IQM of the normalised scores of all its runs, every entry's seeds
-    pooled, and its stratified bootstrap 95% CI (each entry's seeds resampled within it)."""
-    return [
-        {
-            "script": script,
-            "envs": len(scores),
-            "runs": sum(map(len, scores)),
-            "normalised_iqm": iqm(np.concatenate(scores)),
-            "normalised_iqm_ci95": list(stratified_bootstrap_ci(scores)),
-        }
-        for script, scores in normalised_by_script(entries).items()
-    ]
 
 
 # =====================================================================================
@@ -470,8 +246,8 @@ DEVICE_PROBE = (
 
 def machine_info() -> dict[str, Any]:
     """This machine and its jax, asked in a subprocess (the harness itself holds no device)."""
-    probe = subprocess.run([sys.executable, "-c", DEVICE_PROBE], capture_output=True, text=True, cwd=ROOT)
-    info = json.loads(probe.stdout) if probe.returncode == 0 else {"jax": None, "device_kind": None}
+    returncode, stdout = child_output([sys.executable, "-c", DEVICE_PROBE])
+    info = json.loads(stdout) if returncode == 0 else {"jax": None, "device_kind": None}
     return {
         **info,
         "commit": commit(),
@@ -515,9 +291,9 @@ def ceiling(env_id: str, num_envs: int) -> float | None:
     command = [sys.executable, "-m", "benchmark.ceiling", "--env-id", env_id, "--num-envs", str(num_envs)]
     if env_id.startswith("brax/"):  # a physics step costs ~100x a CartPole step: one episode's length
         command += ["--num-steps", "1000"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    found = re.search(r"([0-9,]+) env steps/s", done.stdout)
-    return float(found.group(1).replace(",", "")) if done.returncode == 0 and found else None
+    returncode, stdout = child_output(command)
+    found = re.search(r"([0-9,]+) env steps/s", stdout)
+    return float(found.group(1).replace(",", "")) if returncode == 0 and found else None
 
 
 def budget(spec: dict[str, Any], quick: bool) -> int:
@@ -529,6 +305,8 @@ def seed_scaling(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str,
     steps = budget(spec, quick)
     rows = []
     for seeds in spec["seeds"]:
+        if STOP.signum is not None:
+            break
         flags = ["--env-id", spec["env"], "--total-timesteps", str(steps), "--num-seeds", str(seeds)]
         flags += flag_list(spec.get("flags", {}))
         tag = f"seeds{seeds}"
@@ -541,7 +319,7 @@ def seed_scaling(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str,
         )
         shutil.rmtree(out / "seed_scaling" / tag, ignore_errors=True)  # 64 run directories
         print(f"  seed scaling {seeds}: train {fmt(train_s)}s compile {fmt(outcome.compile_s)}s")
-    base = rows[0]["train_s"]
+    base = rows[0]["train_s"] if rows else None
     for row in rows:
         row["ratio"] = row["train_s"] / base if base and row["train_s"] else None
     return rows
@@ -557,8 +335,8 @@ def peer_python(peer: str) -> str | None:
     """The interpreter that has the peer installed: $VIBE_RL_{PEER}_PYTHON or this one."""
     module, _, variable = PEERS[peer]
     python = os.environ.get(variable, sys.executable)
-    found = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
-    return python if found.returncode == 0 else None
+    returncode, _ = child_output([python, "-c", f"import {module}"])
+    return python if returncode == 0 else None
 
 
 def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, Any]]:
@@ -574,6 +352,8 @@ def run_peers(spec: dict[str, Any], quick: bool, out: Path) -> list[dict[str, An
     ours = launch(ROOT / spec["script"], flag_list(flags), out / "peers" / "ours", 3600, log)
     rows.append(peer_row("vibe_rl " + Path(spec["script"]).stem, ours, log, flags["total-timesteps"]))
     for peer, (module, runner, variable) in PEERS.items():
+        if STOP.signum is not None:
+            break
         python = peer_python(peer)
         if python is None:
             note = f"not installed ({module}; set {variable} to an interpreter that has it)"
@@ -613,198 +393,6 @@ def peer_row(system: str, outcome: RunOutcome, log: Path, steps: int) -> dict[st
 
 
 # =====================================================================================
-# Report: results.json, the markdown table, learning curves, docs
-# =====================================================================================
-
-
-def threshold_text(r: dict[str, Any]) -> str:
-    """An entry's threshold as the tables show it: "475", or "< 200" for an entry that must stay below."""
-    return ("< " if r.get("below") else "") + f"{r['threshold']:g}"
-
-
-def fmt(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None else f"{x:,.{digits}f}"
-
-
-def ci_text(value: float | None, ci: list[float] | None) -> str:
-    """'value [low, high]', two decimals."""
-    return "–" if value is None or ci is None else f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
-
-
-def aggregate_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The per-script aggregate as markdown lines."""
-    lines = [
-        "| script | envs | runs | normalised IQM [95% CI] |",
-        "|---|---|---|---|",
-    ]
-    for a in rows:
-        lines.append(
-            f"| {a['script']} | {a['envs']} | {a['runs']} "
-            f"| {ci_text(a['normalised_iqm'], a['normalised_iqm_ci95'])} |"
-        )
-    return lines
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The report as markdown tables: suite, seed scaling, peers."""
-    m = report["machine"]
-    lines = [
-        f"`{m['command']}` — {m['date']}, {m['device_kind']} ({m['backend']}, {m['cpu_count']} CPU cores), "
-        f"jax {m['jax']}, jaxlib {m['jaxlib']}",
-        "",
-        "| script | env | seeds | steps | eval return | IQM [95% CI] | normalised IQM | threshold | result "
-        "| wall s | compile s | env steps/s | ceiling steps/s | % of ceiling |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in report["entries"]:
-        ret = "–" if r["eval_mean"] is None else f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f}"
-        result = r["status"].upper() if r["status"] in ("fail", "crash", "timeout", "missing") else "pass"
-        if r["note"]:
-            result += f" ({r['note'][:80]})".replace("|", "/")
-        ceil = r.get("ceiling_sps")
-        frac = f"{100 * r['env_steps_per_s'] / ceil:.2g}" if ceil and r["env_steps_per_s"] else "–"
-        lines.append(
-            f"| {r['name']} | {r['env']} | {r['seeds']} | {r['total_timesteps']:,} | {ret} "
-            f"| {ci_text(r.get('iqm'), r.get('iqm_ci95'))} | {fmt(r.get('normalised_iqm'), 2)} "
-            f"| {threshold_text(r)} "
-            f"| {result} | {fmt(r['wall_s'])} | {fmt(r['compile_s'])} | {fmt(r['env_steps_per_s'], 0)} "
-            f"| {fmt(ceil, 0)} | {frac} |"
-        )
-    if report.get("aggregates"):
-        lines += [
-            "",
-            "Per script: the IQM of the normalised scores (random 0, threshold 1), all envs' seeds pooled:",
-        ]
-        lines += ["", *aggregate_table(report["aggregates"])]
-    if report.get("seed_scaling"):
-        lines += ["", "Seed scaling (PPO CartPole-v1, seeds vmapped in one program; training time only):", ""]
-        lines += ["| seeds | train s | compile s | time / 1 seed |", "|---|---|---|---|"]
-        for r in report["seed_scaling"]:
-            lines.append(
-                f"| {r['seeds']} | {fmt(r['train_s'], 2)} | {fmt(r['compile_s'])} | {fmt(r['ratio'], 2)} |"
-            )
-    if report.get("peers"):
-        lines += [
-            "",
-            "Peers (same env, budget and PPO hyperparameters, 1 seed, each in its own process):",
-            "",
-        ]
-        lines += [
-            "| system | result | wall s | compile s | train s | eval return | wall / ours | train / ours "
-            "| return / ours |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in report["peers"]:
-            result = f"{r['status']} {r.get('note', '')}".strip()
-            lines.append(
-                f"| {r['system']} | {result} | {fmt(r.get('wall_s'))} | {fmt(r.get('compile_s'))} "
-                f"| {fmt(r.get('train_s'), 2)} | {fmt(r.get('eval_mean'))} | {fmt(r.get('wall_ratio'), 2)} "
-                f"| {fmt(r.get('train_ratio'), 2)} | {fmt(r.get('return_ratio'), 2)} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_curves(entries: list[dict[str, Any]], out: Path) -> list[Path]:
-    """One PNG per env, every script on it: the mean and 95% bootstrap band over seeds of the
-    training return (solid) and of the deterministic evaluation return (dashed) vs env steps. The
-    legend, beside the axes, names each script once (its colour) and the two line styles once."""
-    plt = pyplot()
-    from matplotlib.lines import Line2D
-
-    paths = []
-    for env in dict.fromkeys(r["env"] for r in entries):
-        rows = [r for r in entries if r["env"] == env]
-        palette = plt.get_cmap("tab10" if len(rows) <= 10 else "tab20").colors  # a colour per script
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        handles = []
-        for r, color in zip(rows, palette * len(rows), strict=False):
-            seeds = 0
-            for curves, style in ((r["curves"], "-"), (r.get("eval_curves", []), "--")):
-                grid, mean, low, high = mean_ci_band([c for c in curves if len(c[0]) > 1])
-                if len(grid) < 2:
-                    continue
-                seeds = max(seeds, sum(len(c[0]) > 1 for c in curves))
-                ax.plot(grid, mean, style, color=color)
-                ax.fill_between(grid, low, high, color=color, alpha=0.15)
-            if seeds:
-                label = f"{r['name']} ({seeds} seed{'s' if seeds > 1 else ''})"
-                handles.append(Line2D([], [], color=color, label=label))
-        if handles:
-            handles += [
-                Line2D([], [], color="k", ls=ls, label=kind) for ls, kind in (("-", "train"), ("--", "eval"))
-            ]
-            ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        ax.set(
-            title=f"{env}: mean and 95% bootstrap CI over seeds", xlabel="env steps", ylabel="episodic return"
-        )
-        ax.grid(alpha=0.3)
-        path = out / f"curves_{env.replace('/', '-')}.png"
-        # the legend lies outside the axes: the saved box grows to hold it
-        fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})  # no version stamp
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def plot_profile(entries: list[dict[str, Any]], out: Path) -> Path | None:
-    """profile.png: per script, the fraction of its runs (every env's seeds) whose normalised
-    score exceeds tau; None when no entry has normalised scores."""
-    runs = {script: np.concatenate(scores) for script, scores in normalised_by_script(entries).items()}
-    if not runs:
-        return None
-    every = np.concatenate(list(runs.values()))
-    taus = np.linspace(min(0.0, every.min()) - 0.05, max(1.0, every.max()) + 0.05, 400)
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for script, scores in runs.items():
-        ax.plot(taus, performance_profile(scores, taus), label=f"{script} ({len(scores)} runs)")
-    ax.axvline(1.0, color="gray", linestyle=":", label="threshold")
-    ax.set(
-        title="Performance profiles",
-        xlabel="normalised score τ (random policy 0, threshold 1)",
-        ylabel="fraction of runs with score > τ",
-        ylim=(-0.02, 1.02),
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    path = out / "profile.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return path
-
-
-def update_docs(report: dict[str, Any], table: str, plots: list[Path], docs: Path = DOCS_PATH) -> None:
-    """Replace (or append) this preset's and backend's block in docs/benchmarks.md."""
-    key = f"{report['preset']}-{report['machine']['backend']}"
-    image_dir = docs.parent / "benchmarks"
-    image_dir.mkdir(parents=True, exist_ok=True)
-    images = []
-    for path in plots:
-        target = image_dir / f"{key}-{path.name}"
-        shutil.copy(path, target)
-        images.append(f"![{path.stem}](benchmarks/{target.name})")
-    table = re.sub(r"(?<= )/[^\s`]+", lambda found: Path(found.group(0)).name, table)  # no machine path
-    start, end = f"<!-- results:{key} -->", f"<!-- /results:{key} -->"
-    block = f"{start}\n{table}\n{' '.join(images)}\n{end}"
-    text = docs.read_text() if docs.is_file() else "# Benchmarks\n"
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + f"\n\n### {key}\n\n{block}\n"
-    docs.write_text(text)
-
-
-# =====================================================================================
 # main
 # =====================================================================================
 
@@ -819,6 +407,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--algos", help="comma-separated scripts, e.g. ppo_jax_scan,dqn (a prefix selects all)"
     )
     parser.add_argument("--envs", help="comma-separated env ids, e.g. CartPole-v1,Pendulum-v1")
+    parser.add_argument(
+        "--entries",
+        help="comma-separated entries by tag, e.g. ppo_jax_scan__CartPole-v1,ppo_rnn_jax__CartPole-v1__masked"
+        " (a stopped run prints the command that runs the rest so)",
+    )
     parser.add_argument("--seeds", type=int, help="seeds per entry (overrides the suite)")
     parser.add_argument("--timeout", type=float, help="seconds per entry (overrides the suite)")
     parser.add_argument(
@@ -851,7 +444,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--results-dir",
         type=Path,
-        default=ROOT / "docs" / "results",
+        default=RESULTS_DIR,
         help="the data of --record and --results-doc; the page is written beside it (default docs/results)",
     )
     parser.add_argument(
@@ -880,8 +473,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     split = lambda s: s.split(",") if s else None
     if args.results_doc:
-        from benchmark.results import write_results_doc
-
         return write_results_doc(args.results_dir, check=args.check, suite=args.suite)
     if args.from_results:  # the first saved run's report (its machine, command and date) and every entry
         reports = [json.loads(path.read_text()) for path in args.from_results]
@@ -898,50 +489,109 @@ def main(argv: list[str] | None = None) -> int:
     quick = not args.full  # without a preset: the quick one, minutes (the full suite takes hours on a CPU)
     preset = "quick" if quick else "full"
     suite = load_suite(args.suite)
+    tags = split(args.entries)
+    unknown = sorted(set(tags or []) - {e.tag for e in select_entries(suite, quick)})
+    if unknown:
+        print(
+            f"python -m benchmark: error: no {preset}-preset entry is tagged {', '.join(unknown)}",
+            file=sys.stderr,
+        )
+        return 2
     entries = select_entries(
-        suite, quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points
+        suite, quick, split(args.algos), split(args.envs), args.seeds, args.timeout, args.eval_points, tags
     )
     entries = installed_entries(entries)
     out = args.out or ROOT / "benchmark" / "out" / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
+    with stop_on_signals():
+        report = run_suite(suite, entries, quick, out, args)
+    return write_outputs(report, out, args)
+
+
+def run_suite(
+    suite: dict[str, Any], entries: list[Entry], quick: bool, out: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Run the entries, then the ceilings, seed scaling and peers asked for, into one report. A
+    signal (stop_on_signals) ends it early: the entries that finished are kept, and
+    report["stopped"] says which signal and the command that runs the rest."""
+    preset = "quick" if quick else "full"
     report: dict[str, Any] = {"preset": preset, "machine": machine_info(), "entries": [], "notes": args.note}
     print(f"benchmark ({preset}): {len(entries)} entries -> {out}")
-
     for entry in entries:
-        report["entries"].append(run_entry(entry, out))
+        if STOP.signum is not None:
+            break
+        result = run_entry(entry, out)
+        if result["status"] != "stopped":  # an entry the signal cut short is in the rest
+            report["entries"].append(result)
     if not args.no_ceiling:
         cache: dict[tuple[str, int], float | None] = {}
         for r in report["entries"]:
+            if STOP.signum is not None:
+                break
             if r["num_envs"] and r["env_steps_per_s"]:
                 key = (r["env"], r["num_envs"] * r["seeds"])
                 if key not in cache:
                     cache[key] = ceiling(*key)
                 r["ceiling_sps"] = cache[key]
-    if not args.no_seed_scaling and "seed_scaling" in suite:
+    if not args.no_seed_scaling and "seed_scaling" in suite and STOP.signum is None:
         report["seed_scaling"] = seed_scaling(suite["seed_scaling"], quick, out)
-    if args.peers and "peers" in suite:
+    if args.peers and "peers" in suite and STOP.signum is None:
         report["peers"] = run_peers(suite["peers"], quick, out)
-    return write_outputs(report, out, args)
+    if STOP.signum is not None:
+        done = {r["tag"] for r in report["entries"]}
+        rest = [entry for entry in entries if entry.tag not in done]
+        name = signal.Signals(STOP.signum).name
+        report["stopped"] = {
+            "signal": name,
+            "rest": [e.tag for e in rest],
+            "command": rest_command(args, rest),
+        }
+        print(f"\nstopped by {name}: {len(report['entries'])} of {len(entries)} entries finished")
+    return report
+
+
+def rest_command(args: argparse.Namespace, rest: list[Entry]) -> str | None:
+    """The command that runs `rest` with this run's settings (None when no entry is left)."""
+    if not rest:
+        return None
+    words = ["python", "-m", "benchmark", "--full" if args.full else "--quick"]
+    words += ["--entries", ",".join(entry.tag for entry in rest)]
+    for flag, value in (
+        ("--seeds", args.seeds),
+        ("--timeout", args.timeout),
+        ("--eval-points", args.eval_points),
+    ):
+        if value is not None:
+            words += [flag, str(value)]
+    if args.suite.resolve() != SUITE:
+        words += ["--suite", str(args.suite)]
+    switches = {
+        "--peers": args.peers,
+        "--no-ceiling": args.no_ceiling,
+        "--no-seed-scaling": args.no_seed_scaling,
+    }
+    switches |= {"--docs": args.docs, "--record": args.record}
+    words += [flag for flag, on in switches.items() if on]
+    return shlex.join(words)
 
 
 def write_outputs(report: dict[str, Any], out: Path, args: argparse.Namespace) -> int:
-    """The aggregates, plots, results.json/.md and the docs asked for; 1 if any entry failed."""
-    report["aggregates"] = aggregates(report["entries"])
-    plots = plot_curves(report["entries"], out)
-    plot_profile(report["entries"], out)
-    table = markdown(report)
-    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "results.md").write_text(table)
-    if args.docs:
+    """The report's files and the docs asked for; 128 + the signal's number if a signal stopped
+    the run, else 1 if any entry failed."""
+    table, plots = write_report(report, out)
+    stopped = report.get("stopped")
+    if args.docs and stopped:
+        print("docs/benchmarks.md left as it was: a stopped run's table is not the preset's")
+    elif args.docs:
         update_docs(report, markdown({**report, "aggregates": None}), plots)  # per script: docs/results.md
     if args.record and report["preset"] != "full":
         print(f"not recorded: a {report['preset']}-preset run (a row is an entry at its full budget)")
     elif args.record:
-        from benchmark.results import write_records, write_results_doc
-
         write_records(report, args.results_dir)
         write_results_doc(args.results_dir, suite=args.suite)
     print(table)
+    if stopped:
+        return 128 + signal.Signals[stopped["signal"]].value
     failed = [f"{r['name']} {r['env']}: {r['status']}" for r in report["entries"] if r["status"] != "pass"]
     print("FAILED: " + "; ".join(failed) if failed else "all checks passed")
     return 1 if failed or not report["entries"] else 0

@@ -10,21 +10,27 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from _helpers import ROOT
 
 sys.path.insert(0, str(ROOT))  # the harness is a package of the repository, not installed
-bench = importlib.import_module("benchmark.run")
+bench = importlib.import_module("benchmark.run")  # the runner
+suite_module = importlib.import_module("benchmark.suite")
+results = importlib.import_module("benchmark.results")
 
 FAKE_SCRIPT = '''
 """A fake training script: the CLI conventions and run directory of vibe_rl's scripts."""
-import argparse, json, sys, time
+import argparse, json, os, subprocess, sys, time
 from pathlib import Path
 
 p = argparse.ArgumentParser()
@@ -37,7 +43,9 @@ p.add_argument("--fake-mode", default="ok")
 args = p.parse_args()
 if args.fake_mode == "crash":
     sys.exit("Traceback: something broke")
-if args.fake_mode == "hang":
+if args.fake_mode == "hang":  # a child of its own too, as a script's compile workers may be
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    print(f"pids {os.getpid()} {grandchild.pid}", flush=True)
     time.sleep(60)
 print("compiled one chunk (1 updates x 4 steps, 1 seed(s)) in 0.5s")
 for seed in range(args.seed, args.seed + args.num_seeds):
@@ -78,8 +86,8 @@ def run_harness(tmp_path: Path, suite: Path, *flags: str) -> tuple[int, dict]:
 
 
 def test_suite_file_parses_and_covers_the_issue():
-    suite = bench.load_suite()
-    full = {(e.name, e.env) for e in bench.select_entries(suite, quick=False)}
+    suite = suite_module.load_suite()
+    full = {(e.name, e.env) for e in suite_module.select_entries(suite, quick=False)}
     assert {
         ("ppo_jax_scan", "CartPole-v1"),
         ("ppo_jax_scan", "Acrobot-v1"),
@@ -92,41 +100,47 @@ def test_suite_file_parses_and_covers_the_issue():
         ("pqn_jax", "CartPole-v1"),
         ("pqn_jax", "Breakout-MinAtar"),
     } <= full
-    quick = bench.select_entries(suite, quick=True)
+    quick = suite_module.select_entries(suite, quick=True)
     scripts = {p.stem for p in (ROOT / "vibe_rl").glob("*.py")} - {"__init__"}
     assert {Path(e.script).stem for e in quick} == scripts  # every script is in the quick preset
     for entry in quick:  # a quick budget is no longer and its threshold lower than the full one
         (same,) = [
-            e for e in bench.select_entries(suite, quick=False) if (e.name, e.env) == (entry.name, entry.env)
+            e
+            for e in suite_module.select_entries(suite, quick=False)
+            if (e.name, e.env) == (entry.name, entry.env)
         ]
         assert entry.total_timesteps <= same.total_timesteps and entry.threshold < same.threshold
     assert suite["seed_scaling"]["seeds"] == [1, 8, 64]
 
 
 def test_every_env_has_a_random_score_and_every_threshold_a_source():
-    suite = bench.load_suite()
-    for entry in bench.select_entries(suite, quick=False):
+    suite = suite_module.load_suite()
+    for entry in suite_module.select_entries(suite, quick=False):
         assert entry.random_score is not None, entry.env  # suite.toml's [random] covers the suite
         assert entry.threshold_source, (entry.name, entry.env)  # the comment on its threshold line
         # [defaults] eval_points = 20; an entry that overrides it keeps a curve of 10 points or more
         assert entry.eval_frequency == entry.total_timesteps // entry.eval_points and entry.eval_points >= 10
-    ppo, masked = bench.select_entries(suite, quick=False, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
+    ppo, masked = suite_module.select_entries(
+        suite, quick=False, algos=["ppo_jax_scan"], envs=["CartPole-v1"]
+    )
     assert ppo.threshold_source.startswith("[gymnasium] solved at 475") and not ppo.below
     assert masked.variant == "masked" and masked.below  # the feed-forward contrast to ppo_rnn_jax
-    (quick,) = bench.select_entries(suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
+    (quick,) = suite_module.select_entries(suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"])
     assert quick.threshold_source.startswith("quick smoke threshold")
     # an entry's own seeds (3 where a seed costs over 5 minutes) are the full preset's, not --quick's
     (raw,) = [e for e in suite["entry"] if e["script"].endswith("td3_jax.py") and e["env"] == "Pendulum-v1"]
     raw["seeds"] = 3  # no entry with a quick table has its own seeds today
-    (full,) = bench.select_entries(suite, quick=False, algos=["td3_jax"], envs=["Pendulum-v1"])
-    (quick,) = bench.select_entries(suite, quick=True, algos=["td3_jax"], envs=["Pendulum-v1"])
+    (full,) = suite_module.select_entries(suite, quick=False, algos=["td3_jax"], envs=["Pendulum-v1"])
+    (quick,) = suite_module.select_entries(suite, quick=True, algos=["td3_jax"], envs=["Pendulum-v1"])
     assert (full.seeds, quick.seeds) == (3, suite["defaults"]["quick_seeds"])
-    assert all(e.seeds == 5 for e in bench.select_entries(suite, quick=False, envs=["CartPole-v1"]))
+    assert all(e.seeds == 5 for e in suite_module.select_entries(suite, quick=False, envs=["CartPole-v1"]))
 
 
 def test_select_entries_filters_and_overrides():
-    suite = bench.load_suite()
-    ppo = bench.select_entries(suite, quick=False, algos=["ppo"], envs=["CartPole-v1"], seeds=5, timeout=7)
+    suite = suite_module.load_suite()
+    ppo = suite_module.select_entries(
+        suite, quick=False, algos=["ppo"], envs=["CartPole-v1"], seeds=5, timeout=7
+    )
     assert {e.name for e in ppo} == {
         "ppo_jax_scan",
         "ppo_jax_scan (masked)",
@@ -135,11 +149,11 @@ def test_select_entries_filters_and_overrides():
         "ppo_rnn_jax (masked)",
     }
     assert all(e.seeds == 5 and e.timeout == 7 and e.env == "CartPole-v1" for e in ppo)
-    (ppo,) = bench.select_entries(
+    (ppo,) = suite_module.select_entries(
         suite, quick=True, algos=["ppo_jax_scan"], envs=["CartPole-v1"], eval_points=0
     )
     assert ppo.eval_frequency == 0  # --eval-points 0: no evaluation curve
-    (dqn,) = bench.select_entries(suite, quick=True, algos=["dqn_jax"])
+    (dqn,) = suite_module.select_entries(suite, quick=True, algos=["dqn_jax"])
     assert dqn.flags["learning-starts"] < 10_000  # the quick table's flags override the full ones
 
 
@@ -162,13 +176,13 @@ def test_without_the_playground_extra_its_entries_are_skipped_and_said(tmp_path,
     said = "skipped fake_algo on playground/CartpoleBalance: pip install -e '.[playground]' to run it"
     assert said in capsys.readouterr().out.splitlines()
     installed["mujoco_playground"] = True
-    selected = bench.select_entries(bench.load_suite(suite), quick=False)
+    selected = suite_module.select_entries(suite_module.load_suite(suite), quick=False)
     assert [e.env for e in bench.installed_entries(selected)] == ["Good-v0", "playground/CartpoleBalance"]
 
 
 def test_flag_list_spells_tyro_flags():
     flags = {"num-envs": 8, "normalize-obs": True, "anneal-lr": False, "learning-rate": 1e-3}
-    assert bench.flag_list(flags) == [
+    assert suite_module.flag_list(flags) == [
         "--num-envs",
         "8",
         "--normalize-obs",
@@ -181,19 +195,19 @@ def test_flag_list_spells_tyro_flags():
 def test_commands_page_is_current_and_its_commands_are_the_suites_less_the_harness_flags():
     commands = importlib.import_module("benchmark.commands")
     assert (ROOT / "docs" / "commands.md").read_text() == commands.page(), "run python -m benchmark.commands"
-    suite = bench.load_suite()
+    suite = suite_module.load_suite()
     (cartpole,) = [
         e
-        for e in bench.select_entries(suite, quick=False, algos=["ppo_jax_scan"])
+        for e in suite_module.select_entries(suite, quick=False, algos=["ppo_jax_scan"])
         if e.name == "ppo_jax_scan" and e.env == "CartPole-v1"
     ]
     assert commands.command(cartpole) == (
         "python vibe_rl/ppo_jax_scan.py --env-id CartPole-v1 --total-timesteps 500000 --num-seeds 5 \\\n"
         "    --num-envs 8"
     )
-    for entry in bench.select_entries(suite, quick=False):  # every flag the suite runs with is in it
+    for entry in suite_module.select_entries(suite, quick=False):  # every flag the suite runs with is in it
         text = commands.command(entry).replace(" \\\n    ", " ")
-        ran = " ".join(bench.entry_flags(entry))
+        ran = " ".join(suite_module.entry_flags(entry))
         for flag in commands.HARNESS_ONLY:
             ran = re.sub(rf"{flag} \S+ ?", "", ran)
         assert text == f"python {entry.script} {ran.strip()}"
@@ -206,6 +220,36 @@ def fake_entry(env: str, threshold: float, script: str = "FAKE", timeout: float 
         f'[[entry]]\nscript = "{script}"\nenv = "{env}"\ntotal_timesteps = 400\n'
         f"threshold = {threshold}\ntimeout = {timeout}\nflags = {{ {table} }}\n\n"
     )
+
+
+def pids_in(log: Path, wait_s: float = 0.0) -> list[int]:
+    """The pids a hanging fake script printed to its log (itself and its child), waiting up to wait_s."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = re.search(r"^pids (\d+) (\d+)$", log.read_text() if log.is_file() else "", re.M)
+        if found or time.monotonic() > deadline:
+            assert found, f"no pids in {log}"
+            return [int(found[1]), int(found[2])]
+        time.sleep(0.1)
+
+
+def still_running(pids: list[int], wait_s: float = 5.0) -> list[int]:
+    """The pids that still run after wait_s (a zombie, dead and not yet reaped, does not run)."""
+
+    def running(pid: int) -> bool:
+        stat = Path(f"/proc/{pid}/stat")
+        if Path("/proc/self/stat").is_file():  # Linux: the state letter follows the name's ")"
+            return stat.is_file() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + wait_s
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if running(pid)]
 
 
 def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
@@ -229,6 +273,9 @@ def test_every_failure_kind_is_reported_and_the_others_still_run(tmp_path):
         "Hang-v0": "timeout",
         "CartPole-v1": "missing",
     }
+    assert not still_running(
+        pids_in(tmp_path / "out" / "logs" / "fake_algo__Hang-v0.log")
+    )  # it, and its child
     good = report["entries"][0]
     assert good["seed_eval_means"] == [101.0, 102.0]  # 2 seeds, one subprocess
     assert good["eval_mean"] == pytest.approx(101.5) and good["eval_std"] == pytest.approx(0.5)
@@ -315,14 +362,59 @@ def test_a_contrast_entry_passes_when_it_stays_below_its_threshold(tmp_path):
     assert "| < 200 | pass |" in table and "| < 200 | FAIL |" in table and "| 50 | pass |" in table
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_runner_and_its_child_and_writes_the_report_with_the_rest(tmp_path, signum):
+    """Ctrl-C (SIGINT) or SIGTERM while an entry trains: the runner kills that child and all it
+    started, starts no other, writes the report of the entries that finished with the command that
+    runs the rest, and exits 128 + the signal."""
+    entries = [
+        fake_entry("Done-v0", 50.0),
+        fake_entry("Hang-v0", 0.0, timeout=120, fake_mode="hang"),
+        fake_entry("Later-v0", 50.0),
+    ]
+    suite = write_suite(tmp_path, "".join(entries))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "benchmark", "--full", "--suite", str(suite), "--out", str(out)]
+    command += ["--no-ceiling", "--no-seed-scaling"]
+    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    try:
+        pids = pids_in(out / "logs" / "fake_algo__Hang-v0.log", wait_s=120)
+        runner.send_signal(signum)
+        said, _ = runner.communicate(timeout=60)
+        assert runner.returncode == 128 + signum, said
+        assert not still_running(pids), said  # the child and its own child
+        report = json.loads((out / "results.json").read_text())
+        assert [r["env"] for r in report["entries"]] == ["Done-v0"] and report["entries"][0][
+            "status"
+        ] == "pass"
+        stopped = report["stopped"]
+        assert stopped["signal"] == signum.name
+        assert stopped["rest"] == ["fake_algo__Hang-v0", "fake_algo__Later-v0"]  # the one cut short, the next
+        assert f"`{stopped['command']}`" in (out / "results.md").read_text() and stopped["command"] in said
+        assert not (out / "runs" / "fake_algo__Later-v0").exists()  # it never started
+        words = shlex.split(stopped["command"])
+        assert words[:4] == ["python", "-m", "benchmark", "--full"]
+        args = bench.parse_args(words[3:])
+        assert args.no_ceiling and args.no_seed_scaling
+        rest = suite_module.select_entries(
+            suite_module.load_suite(args.suite), False, tags=args.entries.split(",")
+        )
+        assert [e.tag for e in rest] == stopped["rest"]
+    finally:
+        runner.kill()
+        for pid in still_running(pids, wait_s=0):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_docs_block_is_replaced_not_duplicated(tmp_path):
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\nhow to run\n")
     report = {"preset": "quick", "machine": {"backend": "cpu"}}
     plot = tmp_path / "curves_X.png"
     plot.write_bytes(b"png")
-    bench.update_docs(report, "| old |\n", [plot], docs)
-    bench.update_docs(report, "| new |\n", [plot], docs)
+    results.update_docs(report, "| old |\n", [plot], docs)
+    results.update_docs(report, "| new |\n", [plot], docs)
     text = docs.read_text()
     assert "how to run" in text and "| new |" in text and "| old |" not in text
     assert text.count("<!-- results:quick-cpu -->") == 1
@@ -379,7 +471,7 @@ def test_markdown_has_seed_scaling_and_peer_ratios():
             {"system": "rejax", "status": "skipped", "note": "not installed"},
         ],
     }
-    table = bench.markdown(report)
+    table = results.markdown(report)
     assert "| 8 | 6.00 | 6.0 | 3.00 |" in table
     assert "| sb3 | ok | 100.0 | – | 50.00 | 250.0 | 10.00 | 25.00 | 0.50 |" in table
     assert "| rejax | skipped not installed |" in table
@@ -476,9 +568,9 @@ def test_a_training_score_entry_scores_the_last_tenth_of_its_training_returns(tm
     points = [{"global_step": i, "charts/episodic_return": float(i)} for i in range(1, 21)]
     points.append({"global_step": 21, "charts/SPS": 5.0})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
-    assert bench.training_score(tmp_path) == pytest.approx(19.5)  # the last 2 of 20
-    suite = bench.load_suite()
-    (quick,) = bench.select_entries(suite, quick=True, envs=["craftax/Craftax-Classic-Symbolic-v1"])
+    assert results.training_score(tmp_path) == pytest.approx(19.5)  # the last 2 of 20
+    suite = suite_module.load_suite()
+    (quick,) = suite_module.select_entries(suite, quick=True, envs=["craftax/Craftax-Classic-Symbolic-v1"])
     assert quick.score == "training" and quick.total_timesteps == 51_200
-    cartpole = bench.select_entries(suite, quick=True, envs=["CartPole-v1"])
+    cartpole = suite_module.select_entries(suite, quick=True, envs=["CartPole-v1"])
     assert {entry.score for entry in cartpole} == {"eval"}
