@@ -1,9 +1,9 @@
-"""The published DM Control returns that simbav2_jax and sac_jax compare with, extracted from SimbaV2's repository.
+"""The published DM Control returns that simbav2_jax and sac_jax compare with, from SimbaV2's repository.
 
 SimbaV2's repository (github.com/dojeon-ai/SimbaV2) publishes its curves as CSVs (columns: exp_name, env_name,
 seed, metric, env_step, value; env_step counts simulator control steps, DM Control's action repeat of 2
-included). This keeps, per seed, the evaluation return (metric avg_return) at 100k and 200k env steps on the five
-tasks of issue 82, for each algorithm whose CSV has them, with each value's source file and the commit read:
+included). This keeps, per seed, the evaluation return (metric avg_return) at 100k and 200k env steps on the
+five tasks of issue 82, for each algorithm whose CSV has them, with each value's source file and the commit:
 
     python -m benchmark.published.simbav2_dmc /path/to/SimbaV2          # a checkout, or its .git directory
     python -m benchmark.published.simbav2_dmc /path/to/SimbaV2 --check  # exit 1 if simbav2_dmc.json differs
@@ -41,8 +41,9 @@ def canonical(name: str) -> str:  # the CSVs spell tasks cheetah-run, cheetah_ru
     return name.lower().replace("_", "-")
 
 
-def git(repository: Path, *command: str) -> str:
-    return subprocess.run(["git", "-C", str(repository), *command], check=True, capture_output=True, text=True).stdout
+def git(repository: Path, *arguments: str) -> str:
+    command = ["git", "-C", str(repository), *arguments]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
 def extract(repository: Path) -> dict:
