@@ -36,7 +36,7 @@ NO_LEARNING = dict(total_timesteps=2 * 10**6, learning_starts=10**6)
 
 def run_args(module: ModuleType, run_dir: Path) -> Any:
     """The Args a run directory's args.json records, read as --resume reads them."""
-    return module.args_from_record(module.read_record(run_dir), run_dir)
+    return module.args_from_record(module.Flags, module.read_record(run_dir), run_dir)
 
 
 def load_script(name: str) -> ModuleType:
@@ -134,7 +134,7 @@ def exit_of_main(module: ModuleType, flags: list[str], monkeypatch: Any, capsys:
     """Call a script's main() with FLAGS as its command line; (exit status, stderr)."""
     monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags, *session_cache()])
     with pytest.raises(SystemExit) as exit_info:
-        module.main()
+        module.main(module.Flags)
     return exit_info.value.code, capsys.readouterr().err
 
 
@@ -145,7 +145,7 @@ def main_in_process(module: ModuleType, flags: list[str], monkeypatch: Any, caps
     whose bits depend on its layout on the devices needs a process of its own."""
     monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags, *session_cache()])
     monkeypatch.setenv("WANDB_MODE", "offline")  # as in the processes the tests start
-    module.main()
+    module.main(module.Flags)
     return capsys.readouterr().out
 
 
@@ -457,7 +457,7 @@ def check_a_normalized_run_saves_its_statistics(module: ModuleType, tmp_path: Pa
     )
     assert tree_equal(saved, algo.model(final))  # the parameters and the statistics
     evaluation = json.loads((run_dir / "eval.json").read_text())
-    reloaded = module.evaluate_saved_model(run_dir, episodes=4, seed=module.EVAL_SEED)  # the run's keys
+    reloaded = module.evaluate_saved_model(module.Flags, run_dir, 4, module.EVAL_SEED)  # the run's keys
     np.testing.assert_allclose(reloaded["returns"], evaluation["returns"], rtol=1e-3)
 
 

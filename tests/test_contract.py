@@ -15,6 +15,7 @@ contract, not learning.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
@@ -29,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import sync_harness
 from _helpers import (
     ROOT,
     check_gif,
@@ -407,7 +409,7 @@ def banner_and_harness(name: str) -> tuple[int, list[str]]:
 def test_every_script_has_the_same_harness_below_one_banner():
     scripts = sorted(p.stem for p in (ROOT / "vibe_rl").glob("*.py") if p.stem != "__init__")
     assert set(SCRIPTS) <= set(scripts)
-    reference = (ROOT / "tests" / "harness.py").read_text().splitlines()  # the one source
+    reference = sync_harness.harness_text((ROOT / "tests" / "harness.py").read_text()).splitlines()
     for name in scripts:
         text = (ROOT / "vibe_rl" / f"{name}.py").read_text()
         assert text.count(BANNER) == 1, f"{name}: the banner must appear once"
@@ -415,10 +417,49 @@ def test_every_script_has_the_same_harness_below_one_banner():
         assert harness == reference, (
             f"{name}: its harness differs from tests/harness.py: run python tests/sync_harness.py"
         )
-        main = re.search(r"^def main\(\).*?(?=^\S)", "\n".join(harness) + "\nX", re.S | re.M).group(0)
+        main = re.search(r"^def main\(.*?(?=^\S)", "\n".join(harness) + "\nX", re.S | re.M).group(0)
         assert len(main.rstrip().splitlines()) <= 40
         numbers = [int(n) for n in re.findall(r"^# =+ (\d+)\. ", text, re.M)]
         assert numbers == list(range(1, len(numbers) + 1)) and numbers, f"{name}: sections {numbers}"
+
+
+def names_defined_twice(source: str) -> list[str]:
+    """Each module-level name bound twice in a script (its head and its harness, or either alone), but the
+    same import repeated: the harness imports again what the algorithm's head imports (it stands alone)."""
+    bound: dict[str, str] = {}  # name -> what binds it
+    twice = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            where = f"{node.module}." if isinstance(node, ast.ImportFrom) else ""
+            names = {(a.asname or a.name).split(".")[0]: f"import {where}{a.name}" for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = {node.name: f"line {node.lineno}"}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            nodes = [n for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+            names = {n.id: f"line {node.lineno}" for n in nodes}
+        else:
+            continue
+        for name, binding in names.items():
+            if name in bound and not (binding == bound[name] and binding.startswith("import")):
+                twice.append(f"{name} ({bound[name]}, then {binding})")
+            bound[name] = binding
+    return twice
+
+
+def test_no_name_above_a_banner_is_defined_again_below_it():
+    """A harness function named as one of the algorithm's would silently replace it: every module-level name
+    of a script is bound once, but an import the head and the harness both make. A planted duplicate fails."""
+    for path in sorted((ROOT / "vibe_rl").glob("*_*.py")):
+        twice = names_defined_twice(path.read_text())
+        assert not twice, f"{path.name}: {twice}"
+    source = (ROOT / "vibe_rl" / "dqn_jax.py").read_text()
+    head, banner, harness = source.partition(BANNER)
+    planted = head.replace("def td_loss(", "def reset_envs(", 1) + banner + harness  # the harness's name
+    assert [d.split()[0] for d in names_defined_twice(planted)] == ["reset_envs"]
+    assert names_defined_twice(source + "\nimport numpy as onp\nfrom os import path as np\n") == [
+        "np (import numpy, then import os.path)"
+    ]
 
 
 def undocumented_flags(help_text: str) -> list[str]:
@@ -449,7 +490,7 @@ def test_help_documents_every_flag_and_no_derived_size(script, capsys, monkeypat
     module = load_script(script)
     monkeypatch.setattr("sys.argv", [f"{script}.py", "--help"])
     with pytest.raises(SystemExit) as exit_info:
-        module.main()
+        module.main(module.Flags)
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     missing = undocumented_flags(text)
@@ -666,7 +707,7 @@ def test_a_run_writes_its_whole_directory_and_a_stopped_moved_resumed_run_ends_t
     with Image.open(run_dir / "episodic_return.png") as image:
         assert image.format == "PNG" and min(image.size) > 100
     assert (run_dir / "wandb").is_dir() == bool(track)
-    reloaded = module.evaluate_saved_model(run_dir, episodes=3)
+    reloaded = module.evaluate_saved_model(module.Flags, run_dir, episodes=3)
     assert len(reloaded["returns"]) == 3 and math.isfinite(reloaded["mean"])
     assert "eval return" in result.stdout
     uninterrupted = [read_state(module, d) for d in runs]
@@ -761,7 +802,7 @@ def test_a_finished_run_resumed_trains_nothing_and_logs_nothing_twice(
         assert steps == sorted(set(steps)), (tag, steps)
     evaluation = json.loads(before["eval.json"])
     assert [p["global_step"] for p in evaluation["eval_curve"]] == [192, 384, 448]
-    assert module.evaluate_saved_model(run_dir)["returns"] == evaluation["returns"]
+    assert module.evaluate_saved_model(module.Flags, run_dir)["returns"] == evaluation["returns"]
 
 
 def test_eval_frequency_cuts_the_training_into_enough_chunks(tmp_path):
@@ -840,7 +881,7 @@ def test_the_driver_writes_out_a_chunk_while_the_next_one_runs(tmp_path, monkeyp
     monkeypatch.setattr(module, "to_host", recording_to_host)
     few_chunks = [*SCRIPTS["ppo_jax_scan"].run, "--num-chunks", "4", "--output-dir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *few_chunks, *session_cache()])
-    module.main()
+    module.main(module.Flags)
     # 30 iterations in 4 chunks of 8, each past a tenth of the run: every chunk end checkpoints, after
     # the next chunk is dispatched (the writer thread's checkpoint may come after a later dispatch too)
     assert sorted(e for e in events if e[0] != "metrics") == [("checkpoint", 8), ("checkpoint", 16),
@@ -894,7 +935,7 @@ def test_the_state_leaves_the_device_only_for_a_checkpoint(every, saved, tmp_pat
         str(tmp_path),
     ]
     monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *few_chunks, *session_cache()])
-    module.main()
+    module.main(module.Flags)
     assert checkpoints == saved
     assert sum(states_moved) == len(saved), states_moved  # one transfer of the state per checkpoint
 
@@ -957,7 +998,8 @@ def test_a_checkpoint_of_its_state_resumes_it_bitwise(script, tmp_path):
     batch). The signal, the files and the moved directories are the harness's: tested on ppo_jax_scan
     and dqn_jax above."""
     module, contract = load_script(script), SCRIPTS[script]
-    args = module.parse_flags([*contract.run, "--num-seeds", "2", "--output-dir", str(tmp_path)])
+    flags = [*contract.run, "--num-seeds", "2", "--output-dir", str(tmp_path)]
+    args = module.parse_flags(module.Flags, flags)
     run = module.open_run_dirs(module.plan_runs(args))[0]
     try:
         state = module.initial_state(run, None)

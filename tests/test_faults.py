@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import jax
 import pytest
 from _helpers import (
     ROOT,
@@ -31,6 +32,7 @@ from _helpers import (
     script_command,
     session_cache,
     start_script,
+    tree_equal,
 )
 
 TINY = ["--num-envs", "4", "--num-steps", "16", "--eval-episodes", "2"]
@@ -226,8 +228,17 @@ def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp
         for run_dir in out.iterdir() if out.exists() else []:
             resumed = module.resume_args(module.Flags(resume=str(run_dir)))
             run = module.open_run_dirs(module.plan_runs(resumed))[0]
-            module.restore_checkpoints(run)  # reads, or none was written yet: the resume starts afresh
+            done, states = module.restore_checkpoints(run)
             release_locks(module)
+            saved = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))
+            if not saved:  # none was written yet: the resume starts afresh
+                assert (done, states) == (0, None)
+                continue
+            # the newest checkpoint on disk, whole (written atomically), and restored as it lies there
+            template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+            iterations, state = module.read_checkpoint(saved[-1], template)
+            assert saved[-1].name == f"step_{iterations * 64:012d}.msgpack" and done == iterations > 0
+            assert tree_equal(states[0], state)
 
 
 def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
@@ -247,6 +258,31 @@ def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
     run = module.open_run_dirs(module.plan_runs(resumed))[0]
     assert module.restore_checkpoints(run)[0] > 0  # a checkpoint reads
     release_locks(module)
+
+
+def test_a_second_ctrl_c_before_the_first_checkpoint_says_none_was_written_and_the_resume_starts_over(
+    tmp_path, monkeypatch, capsys
+):
+    """The probe's reproduction: both signals land in the first chunk. The hint must not offer a checkpoint
+    that does not exist, and a resume says in one line that it starts over from step 0."""
+    process = start_script("ppo_jax_scan", *budget(3000, 10), "--output-dir", str(tmp_path))
+    for line in process.stdout:
+        if line.startswith("compiled"):  # the first chunk (seconds) computes
+            break
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    err = process.communicate(timeout=60)[1]
+    assert process.returncode == 130 and "quitting now" in err, err
+    run_dir = only_run_dir(tmp_path)
+    assert not list(run_dir.glob("checkpoints/*.msgpack"))
+    assert "continue from the last checkpoint" not in err and "no checkpoint was written" in err, err
+    module = load_script("ppo_jax_scan")
+    run = module.open_run_dirs(module.plan_runs(module.resume_args(module.Flags(resume=str(run_dir)))))[0]
+    assert module.restore_checkpoints(run) == (0, None)
+    release_locks(module)
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said[-1] == f"{run_dir}: no checkpoint was written; the run starts over from step 0", said
 
 
 # --- D7, R3, R4: a run's args.json, corrupt or another script's -----------------------------------
@@ -300,7 +336,7 @@ def test_a_flipped_byte_in_a_checkpoint_is_detected_and_the_one_before_used(
     data[len(data) // 2] ^= 0x01  # one bit, mid-file: msgpack alone would load it
     newest.write_bytes(bytes(data))
     module = load_script("ppo_jax_scan")
-    algo = module.make_algorithm(module.args_from_record(module.read_record(run_dir), run_dir))
+    algo = module.make_algorithm(module.args_from_record(module.Flags, module.read_record(run_dir), run_dir))
     template = module.jax.eval_shape(algo.init, module.jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match="checksum"):
         module.read_checkpoint(newest, template)
@@ -360,7 +396,7 @@ def test_evaluate_saved_model_reproduces_eval_json_to_the_bit(name, flags, tmp_p
     result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
-    evaluate = f"{name}.evaluate_saved_model({str(run_dir)!r})"
+    evaluate = f"{name}.evaluate_saved_model({name}.Flags, {str(run_dir)!r})"
     code = f"import json; from vibe_rl import {name}; print(json.dumps({evaluate}))"
     saved = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert saved.returncode == 0, saved.stderr
@@ -383,7 +419,7 @@ def test_s1_a_diverging_configuration_stops_alone_and_the_sweep_finishes(tmp_pat
     module = load_script("ppo_jax_scan")
     sweep = [*budget(12, 4), "--sweep", "learning_rate=1e-4,1e-3,1e30", "--output-dir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *sweep, *session_cache()])
-    module.main()  # returns: no SystemExit
+    module.main(module.Flags)  # returns: no SystemExit
     out = capsys.readouterr().out
     runs = {d.name.split("__")[1]: d for d in tmp_path.iterdir() if "__sweep__" not in d.name}
     diverged = runs["ppo_jax_scan-learning_rate=1e+30"]
@@ -403,12 +439,30 @@ def test_s1_a_diverging_configuration_stops_alone_and_the_sweep_finishes(tmp_pat
 
 
 def test_s1_when_every_run_diverges_the_process_exits_1_naming_them(tmp_path, capsys, monkeypatch):
+    """Its messages are true to the work done (the probe's reproduction): it trained to the chunk where the
+    last run diverged, not to the budget; no run "goes on"; a resume says where each run diverged."""
     module = load_script("ppo_jax_scan")
     flags = [*budget(8, 4), "--learning-rate", "1e30", "--num-seeds", "2", "--output-dir", str(tmp_path)]
-    code, _ = exit_of_main(module, flags, monkeypatch, capsys)
+
+    def main_exits(flags: list[str]) -> tuple[Any, str]:
+        monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *flags, *session_cache()])
+        with pytest.raises(SystemExit) as exit_info:
+            module.main(module.Flags)
+        return exit_info.value.code, capsys.readouterr().out
+
+    code, out = main_exits(flags)
     assert str(code).startswith("error: non-finite loss or parameters in every run: "), code
     assert all(d.name in str(code) for d in tmp_path.iterdir())
     assert all((d / "diverged.json").is_file() and not (d / "eval.json").exists() for d in tmp_path.iterdir())
+    records = [json.loads((d / "diverged.json").read_text()) for d in sorted(tmp_path.iterdir())]
+    stopped = max(record["chunk"][1] for record in records)
+    assert stopped < 64 * 8 and f"trained {stopped:,} steps x 2 seed(s)" in out, out
+    assert "others go on" not in out and out.count("it trains no further") == 2, out
+    code, out = main_exits(["--resume", str(sorted(tmp_path.iterdir())[0])])
+    assert str(code).startswith("error: non-finite loss or parameters in every run: "), code
+    runs = zip(sorted(tmp_path.iterdir()), records, strict=True)
+    where = [f"{d}: diverged at step {r['at_step']:,} ({r['non_finite']}); nothing to train" for d, r in runs]
+    assert out.strip().splitlines() == where and "finished" not in out, out
 
 
 def test_s2_a_moved_sweep_writes_its_summary_where_it_lies_now(tmp_path, monkeypatch, capsys):
@@ -444,7 +498,7 @@ def test_s4_a_large_static_grid_says_what_is_coming_and_is_refused_past_the_cap(
     flags = ["--sweep", f"hidden_size={values}", "--output-dir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", ["ppo_jax_scan.py", *flags, *session_cache()])
     with pytest.raises(SystemExit) as exit_info:
-        module.main()
+        module.main(module.Flags)
     out, err = capsys.readouterr()
     assert exit_info.value.code == 2 and err.count("\n") == 1, err
     assert "--sweep: 1000 programs, one per value of its static flags (hidden_size)" in err, err

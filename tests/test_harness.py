@@ -74,7 +74,7 @@ def test_a_one_line_edit_of_the_source_reaches_every_script(tmp_path):
     assert len(scripts) == len([p for p in (ROOT / "vibe_rl").glob("*.py") if p.name != "__init__.py"]) >= 8
     for script in scripts:
         text = script.read_text()
-        assert edited in text and text.endswith(source.read_text())
+        assert edited in text and text.endswith(sync_harness.harness_text(source.read_text()))
         before = (ROOT / "vibe_rl" / script.name).read_text()
         assert text.split(sync_harness.BANNER)[0] == before.split(sync_harness.BANNER)[0]  # the algorithm
 
@@ -99,7 +99,7 @@ def test_a_suite_registered_in_the_table_trains_from_the_command_line(tmp_path, 
     monkeypatch.setattr(
         sys, "argv", ["ppo_jax_scan.py", "--env-id", "probe/constant", *budget, *session_cache()]
     )
-    module.main()
+    module.main(module.Flags)
     run_dir = only_run_dir(tmp_path)
     assert run_dir.name.startswith("probe-constant__ppo_jax_scan__1__")
     rows = [p for p in read_jsonl(run_dir / "metrics.jsonl") if "losses/value_loss" in p]
@@ -163,7 +163,7 @@ def exit_of_main_or_none(module: Any, flags: list[str], monkeypatch: Any) -> Any
     """Run main() with FLAGS; None when it returns, else its exit code."""
     monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *flags, *session_cache()])
     try:
-        module.main()
+        module.main(module.Flags)
     except SystemExit as exit_info:
         return exit_info.code
     return None

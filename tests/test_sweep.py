@@ -76,7 +76,7 @@ def test_a_run_trains_with_the_traced_values_its_state_holds(name):
     And the iteration computes with every traced value its state holds (one stored and never read
     would be a flag that does nothing). Both are read off the traced program: nothing compiles."""
     module = load_script(name)
-    base = module.parse_flags([f for f in SCRIPTS[name].run if f != "--normalize-obs"])
+    base = module.parse_flags(module.Flags, [f for f in SCRIPTS[name].run if f != "--normalize-obs"])
     traced = module.Hyperparameters._fields
     assert "learning_rate" in traced or {"policy_lr", "q_lr"} <= set(traced)
     # every traced flag 10% off: inside every flag's allowed range (probabilities, coefficients, ...)
@@ -119,7 +119,7 @@ def test_a_skipped_gradient_step_is_skipped_also_when_seeds_train_together(name)
     select that computes both branches every step: a gradient step every env step. Each cond of an
     iteration stays one when the seeds are vmapped (rainbow_jax's multi-seed runs were 10x slower)."""
     module = load_script(name)
-    algo = module.make_algorithm(module.parse_flags(SCRIPTS[name].run))
+    algo = module.make_algorithm(module.parse_flags(module.Flags, SCRIPTS[name].run))
     key, index = jax.random.PRNGKey(0), jnp.int32(0)
     one_seed = jax.make_jaxpr(algo.iteration)(jax.eval_shape(algo.init, key), index)
     seeds = jax.eval_shape(jax.vmap(algo.init), jax.random.split(key, 2))
@@ -167,7 +167,8 @@ def test_a_sweep_writes_a_run_per_configuration_and_seed_and_ranks_them(tmp_path
     winner = summary["configs"][0]
     assert summary["winner"] == winner["command"] and f"Winner: `{winner['command']}`" in result.stdout
     assert "--seed 3" in winner["command"] and "fresh seeds" in result.stdout
-    command = load_script("ppo_jax_scan").parse_flags(winner["command"].split()[2:])  # as a user runs it
+    script = load_script("ppo_jax_scan")
+    command = script.parse_flags(script.Flags, winner["command"].split()[2:])  # as a user runs it
     assert {name: getattr(command, name) for name in winner["values"]} == winner["values"]
     assert (command.num_envs, command.seed, command.num_seeds, command.sweep) == (4, 3, 2, ())
     assert "| 1 | " + winner["config"] in (folder / "sweep.md").read_text()
@@ -272,7 +273,7 @@ def test_help_marks_each_traced_flag(name, capsys, monkeypatch):
     module = load_script(name)
     monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
     with pytest.raises(SystemExit):
-        module.main()
+        module.main(module.Flags)
     text = " ".join(capsys.readouterr().out.split())
     for flag in module.Hyperparameters._fields:
         assert re.search(rf"--{flag.replace('_', '-')} \S+ .*?\[traced\]", text), flag

@@ -518,29 +518,40 @@ def make_algorithm(args: Args) -> Algorithm:
 # chunk is several iterations compiled as one program, between which the driver logs, checkpoints and
 # evaluates. docs/harness.md is its page (the contract with the algorithm above); its one source is the
 # repository's tests/harness.py.
-
 import atexit
 import collections
 import contextlib
+import dataclasses
 import fcntl
+import functools
 import gc
 import importlib
 import itertools
 import json
+import math
+import os
 import resource
 import shlex
 import shutil
+import signal
 import socket
 import sys
 import time
 import types
 import typing
 import warnings
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import crc32c
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
 import tyro
 from flax import struct
 from flax.serialization import from_bytes, to_bytes
@@ -551,13 +562,6 @@ from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.record_writer import masked_crc32c
 
 # --- 1. The flags: the algorithm's Args, then the run's and the machine's ------------------------------
-# Flags of the machine a run happens to run on, not read back from a run's args.json (a resume without
-# --cpu-devices takes the run's); a script's own (ppo_multigpu's --distributed, ...) are its machine_flags.
-MACHINE_FLAGS = {"cpu_devices", "jax_cache_dir", *getattr(Args, "machine_flags", ())}
-# Flags a --resume may change: they leave the training alone (a script adds its Args.resume_may_change).
-RESUME_MAY_CHANGE = {"checkpoint_frequency", "track", "wandb_project_name", "sweep_max_programs"}
-RESUME_MAY_CHANGE |= {"wandb_entity", "capture_video", "save_model", *MACHINE_FLAGS}
-RESUME_MAY_CHANGE |= set(getattr(Args, "resume_may_change", ()))
 SCRIPT = Path(__file__).name  # recorded in args.json: a run resumes only with the script that wrote it
 
 
@@ -592,19 +596,26 @@ class RunFlags:
     """refuse a --sweep of more programs than this (each value of a static flag compiles one)"""
 
 
-@dataclass
-class Flags(RunFlags, Args): ...  # every flag, Args' first: what args.json records and a resume reads back
+def flags_class(algorithm: type, hyperparameters: type, make_algorithm: Callable) -> type[RunFlags]:
+    """A script's Flags: every flag of a run, its Args' first (what args.json records and a resume reads
+    back), carrying what the harness needs of the algorithm: Args, Hyperparameters, make_algorithm."""
+    flags = dataclass(type("Flags", (RunFlags, algorithm), {"__module__": algorithm.__module__}))
+    flags.Args, flags.Hyperparameters, flags.make_algorithm = algorithm, hyperparameters, make_algorithm
+    groups = {"algorithm": algorithm, "run": RunFlags}  # what tyro parses: each group under its heading
+    groups = [(name, typing.Annotated[group, tyro.conf.OmitArgPrefixes]) for name, group in groups.items()]
+    flags.command_line = dataclasses.make_dataclass("CommandLine", groups)
+    # the machine's flags, not read back from args.json (a resume without --cpu-devices takes the run's; a
+    # script adds its own, Args.machine_flags); and the flags a --resume may change (Args.resume_may_change)
+    flags.machine_flags = {"cpu_devices", "jax_cache_dir", *getattr(algorithm, "machine_flags", ())}
+    flags.resume_may_change = {"checkpoint_frequency", "track", "wandb_project_name", "sweep_max_programs"}
+    flags.resume_may_change |= {"wandb_entity", "capture_video", "save_model", *flags.machine_flags}
+    flags.resume_may_change |= set(getattr(algorithm, "resume_may_change", ()))
+    return flags
 
 
-@dataclass
-class CommandLine:  # what tyro parses: the algorithm's flags and the run's, each group under its heading
-    algorithm: typing.Annotated[Args, tyro.conf.OmitArgPrefixes]
-    run: typing.Annotated[RunFlags, tyro.conf.OmitArgPrefixes]
-
-
-def parse_flags(argv: list[str] | None = None) -> Flags:  # the command line (sys.argv's by default)
-    line = tyro.cli(CommandLine, args=argv, description=(__doc__ or "").split("\n\n")[0])
-    return Flags(**asdict(line.algorithm), **asdict(line.run))
+def parse_flags(flags: type[RunFlags], argv: list[str] | None = None) -> RunFlags:  # sys.argv's by default
+    line = tyro.cli(flags.command_line, args=argv, description=(__doc__ or "").split("\n\n")[0])
+    return flags(**asdict(line.algorithm), **asdict(line.run))
 
 
 class ArgsError(ValueError): ...  # a bad flag's value: reported in one line, exit status 2, before compiling
@@ -615,25 +626,26 @@ def require(condition: Any, message: str) -> None:  # every check of a flag rais
         raise ArgsError(message)
 
 
-def require_positive(args: Flags, *names: str, at_least: int = 1) -> None:
+def require_positive(args: RunFlags, *names: str, at_least: int = 1) -> None:
     for name in names:
         value, what = getattr(args, name), "a positive integer" if at_least else ">= 0"
         require(value >= at_least, f"--{name.replace('_', '-')} must be {what}, got {value}")
 
 
-def hyperparameters(args: Flags) -> Hyperparameters:  # the traced flags' values (Hyperparameters, above)
-    return Hyperparameters(*(np.float32(getattr(args, name)) for name in Hyperparameters._fields))
+def hyperparameters(args: RunFlags) -> NamedTuple:  # the traced flags' values (the script's Hyperparameters)
+    kind = type(args).Hyperparameters
+    return kind(*(np.float32(getattr(args, name)) for name in kind._fields))
 
 
-def with_hyperparameters(args: Flags, hyper: Hyperparameters) -> Flags:  # in the program: traced arrays []
+def with_hyperparameters(args: RunFlags, hyper: NamedTuple) -> RunFlags:  # in the program: traced arrays []
     return replace(args, **hyper._asdict())
 
 
-def swept(args: Flags) -> list[str]:  # the names of the flags --sweep NAME=V1,V2 ... varies
+def swept(args: RunFlags) -> list[str]:  # the names of the flags --sweep NAME=V1,V2 ... varies
     return [item.partition("=")[0].replace("-", "_") for item in args.sweep]
 
 
-def label(config: Flags, between: str = ",") -> str:  # a configuration's point of the grid: name=value,...
+def label(config: RunFlags, between: str = ",") -> str:  # a configuration's point of the grid: name=value,...
     return between.join(f"{name}={getattr(config, name)}" for name in swept(config))
 
 
@@ -654,9 +666,9 @@ def flag_value(name: str, text: str, hint: Any) -> Any:  # a --sweep value as it
         raise ArgsError(f"--sweep {name}={text}: {flag} takes a {kind.__name__}") from None
 
 
-def sweep_grid(args: Flags) -> list[Flags]:  # the --sweep grid: the lists' product, the first name's slowest
-    algorithm = [f.name for f in fields(Args) if f.name != "env_id"]
-    hints, defaults, grid = typing.get_type_hints(Args), Flags(), {}
+def sweep_grid(args: RunFlags) -> list[RunFlags]:  # the --sweep grid: the lists' product, the first slowest
+    algorithm = [f.name for f in fields(type(args).Args) if f.name != "env_id"]
+    hints, defaults, grid = typing.get_type_hints(type(args).Args), type(args)(), {}
     split = "a space split the list; write NAME=V1,V2 with no space, or quote it"
     for before, item in zip(args.sweep, args.sweep[1:], strict=False):  # a space inside NAME=V1, V2
         require("=" in item or not before.endswith(","), f"--sweep {before} {item}: {split}")
@@ -687,15 +699,15 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     return record
 
 
-def args_from_record(record: dict[str, Any], run_dir: Path) -> Flags:
+def args_from_record(flags: type[RunFlags], record: dict[str, Any], run_dir: Path) -> RunFlags:
     """The Flags a run recorded (its machine flags are this machine's), each of its flag's type."""
-    defaults, given = Flags(), {f.name: record[f.name] for f in fields(Flags) if f.name in record}
+    defaults, given = flags(), {f.name: record[f.name] for f in fields(flags) if f.name in record}
     given.update({name: tuple(v) for name, v in given.items() if type(v) is list})  # JSON's --sweep
     for name, value in given.items():  # an edited args.json fails here, not as a traceback later
         default = getattr(defaults, name)
         typed = type(value) is type(default) or type(default) is float and type(value) is int
         require(default is None or typed, f"--resume {run_dir}: its args.json gives {name} = {value!r}")
-    return Flags(**{name: value for name, value in given.items() if name not in MACHINE_FLAGS})
+    return flags(**{name: value for name, value in given.items() if name not in flags.machine_flags})
 
 
 def run_of(path: Path) -> Path:  # itself, its args.json's folder, or the first run of a sweep's summary
@@ -708,19 +720,20 @@ def run_of(path: Path) -> Path:  # itself, its args.json's folder, or the first 
     return path
 
 
-def resume_args(given: Flags) -> Flags:
+def resume_args(given: RunFlags) -> RunFlags:
     """With --resume, the run's own Flags (its args.json), the flags given agreeing; it writes where it is."""
     if given.resume is None:
         return given
     resumed = run_of(Path(given.resume))
-    record, defaults = read_record(resumed), Flags()
-    args = replace(args_from_record(record, resumed), resume=str(resumed), output_dir=str(resumed.parent))
+    record, defaults, flags = read_record(resumed), type(given)(), type(given)
+    args = args_from_record(flags, record, resumed)
+    args = replace(args, resume=str(resumed), output_dir=str(resumed.parent))
     shown = lambda v: " ".join(v) if type(v) is tuple else v  # a --sweep's items
-    for name in (f.name for f in fields(Flags)):
+    for name in (f.name for f in fields(flags)):
         value, before, default = getattr(given, name), getattr(args, name), getattr(defaults, name)
-        if name in RESUME_MAY_CHANGE and value != default:
+        if name in flags.resume_may_change and value != default:
             setattr(args, name, value)
-        ok = name in RESUME_MAY_CHANGE or value in (default, before) or name == "resume"
+        ok = name in flags.resume_may_change or value in (default, before) or name == "resume"
         where = f"(a resume writes beside the run, in {resumed.parent})" if name == "output_dir" else ""
         flag = f"--{name.replace('_', '-')} {shown(value)}"
         conflict = f"--resume {given.resume}: {flag} conflicts with the run's {shown(before)} {where}"
@@ -905,7 +918,8 @@ def draw_gymnax(env_id: str, env: Any, params: Any, episode: Any, length: int, f
 def gymnax_suite(env_id: str) -> EnvSpec:
     import gymnax  # imported here: it starts JAX, which start_jax configures first
 
-    known, suites = gymnax.registered_envs, ", ".join(f"{p}<name>" for p in ENV_SUITES if p)
+    known, suites = gymnax.registered_envs, ", ".join(f"{p}<name>" for p in ENV_SUITES if p.endswith("/"))
+    suites += ", your own: module:callable"
     valid = f"valid: {', '.join(known)}; other suites: {suites}"
     require(env_id in known, f"--env-id {env_id!r} is not a gymnax environment; {valid}")
     (env, params), minatar = gymnax.make(env_id), env_id.endswith("MinAtar")
@@ -1155,15 +1169,35 @@ def playground_suite(task: str) -> EnvSpec:
     return env_spec(PlaygroundEnv(), params, step=step_resetting_ended, render=render)
 
 
+def user_suite(env_id: str) -> EnvSpec:
+    """A user's own env, module:callable (the module importable, or in the working directory): the callable
+    returns a gymnax Environment and its params (docs/runs.md, Your own environment)."""
+    from gymnax.environments import environment
+
+    module, _, name = env_id.partition(":")
+    sys.path += [os.getcwd()] * (os.getcwd() not in sys.path)  # as `python -m` finds it
+    try:
+        make = getattr(importlib.import_module(module), name, None)
+    except Exception as error:  # its own error, or ImportError
+        why = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        raise ArgsError(f"--env-id {env_id}: {module} does not import ({why})") from None
+    require(callable(make), f"--env-id {env_id}: {module} has no callable {name!r} (write module:callable)")
+    made = make()
+    is_env = type(made) is tuple and len(made) == 2 and isinstance(made[0], environment.Environment)
+    require(is_env, f"--env-id {env_id}: {name}() must return (a gymnax Environment, its params)")
+    return env_spec(*made)
+
+
 # The suites: an id prefix, and the builder of an EnvSpec from the rest of the id. Adding a suite is
-# adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe).
-ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {"": gymnax_suite, "brax/": brax_suite}
+# adding an entry (docs/harness.md: the contract an EnvSpec meets, and the recipe). ":" is a user's own
+# env's, module:callable: every id that holds a ':'.
+ENV_SUITES: dict[str, Callable[[str], EnvSpec]] = {"": gymnax_suite, "brax/": brax_suite, ":": user_suite}
 ENV_SUITES |= {"craftax/": craftax_suite, "playground/": playground_suite}
 DRAWN = "classic-control, MinAtar, Brax, Craftax and Playground envs"  # the suites with EnvSpec.render
 
 
-def make_env(env_id: str) -> EnvSpec:  # by the suite in ENV_SUITES whose prefix it has (the longest)
-    prefix = max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
+def make_env(env_id: str) -> EnvSpec:  # by the suite in ENV_SUITES whose prefix it has (the longest), or ":"
+    prefix = ":" if ":" in env_id else max((p for p in ENV_SUITES if env_id.startswith(p)), key=len)
     return ENV_SUITES[prefix](env_id.removeprefix(prefix))
 
 
@@ -1210,10 +1244,10 @@ def defer_renderer_imports() -> None:  # gymnax imports them for renderers unuse
             sys.modules[name] = Deferred(name)
 
 
-def programs(args: Flags) -> list[list[Flags]]:  # the grid grouped by static flags: a program each
-    grouped: dict[tuple, list[Flags]] = {}
+def programs(args: RunFlags) -> list[list[RunFlags]]:  # the grid grouped by static flags: a program each
+    grouped, traced = {}, type(args).Hyperparameters._fields
     for config in sweep_grid(args):
-        static = tuple(getattr(config, name) for name in swept(config) if name not in Hyperparameters._fields)
+        static = tuple(getattr(config, name) for name in swept(config) if name not in traced)
         grouped.setdefault(static, []).append(config)
     return list(grouped.values())
 
@@ -1224,7 +1258,7 @@ def cpu_device_count(runs: int, cores: int) -> int:
     return unpadded[0] if runs > cores and unpadded else cores
 
 
-def start_jax(args: Flags) -> None:
+def start_jax(args: RunFlags) -> None:
     """Configure JAX before its backend starts (importing gymnax starts it): CPU devices, compile cache."""
     require(args.cpu_devices <= 1024, f"--cpu-devices must be at most 1024, got {args.cpu_devices}")
     defer_renderer_imports()
@@ -1239,9 +1273,9 @@ def start_jax(args: Flags) -> None:
 
 
 class Run(NamedTuple):  # one program's runs (a configuration x a seed each): what it writes, how they lie
-    args: Flags  # the first configuration's (its static flags are every run's)
+    args: RunFlags  # the first configuration's (its static flags are every run's)
     algo: Algorithm
-    configs: list[Flags]  # R: each run's configuration (its --sweep grid point, else args), seeds fastest
+    configs: list[RunFlags]  # R: each run's configuration (its --sweep grid point, else args), seeds fastest
     seeds: list[int]  # R: each run's seed
     dirs: list[Path]  # R: one run directory per run (none until they are made or found)
     iterations_per_chunk: int
@@ -1249,6 +1283,8 @@ class Run(NamedTuple):  # one program's runs (a configuration x a seed each): wh
     mesh: Mesh  # its axis "seeds" splits the runs over the devices
     slots: int  # the runs padded to a multiple of that axis (the padding's results are discarded)
     each_run = lambda self: zip(self.configs, self.seeds, strict=True)  # (configuration, seed) of each run
+    # where a sweep's summary goes: sweep_dir of the stamp its run directories' names end with
+    summary_dir = property(lambda self: sweep_dir(self.args, self.dirs[0].name.rsplit("__", 1)[1]))
 
     def how_many(self) -> str:
         return f"{len(self.seeds)} {'runs (configurations x seeds)' if self.args.sweep else 'seed(s)'}"
@@ -1260,28 +1296,18 @@ def plan_chunks(num_iterations: int, num_chunks: int) -> tuple[int, int]:
     return per_chunk, math.ceil(num_iterations / per_chunk)
 
 
-def state_shapes(run: Run) -> Any:  # every run's state, leaves [slots, ...] (jax.ShapeDtypeStruct)
-    try:
-        one = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-    except OverflowError as error:  # a size beyond an int32 index: e.g. --hidden-size 10**12
-        raise ArgsError(f"the sizes given do not fit an array ({str(error).splitlines()[0]})") from None
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype), one)
+def run_bytes(algo: Algorithm, episodes: int) -> tuple[int, int]:
+    """The bytes of one run's state and of its evaluation's episodes (from init's and reset's shapes)."""
+    reset = functools.partial(reset_envs, algo.env, num_envs=episodes)
+    shapes = [jax.eval_shape(f, jax.random.PRNGKey(0)) for f in (algo.init, reset)]  # OverflowError: too big
+    size = lambda tree: sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+    return size(shapes[0]), size(shapes[1])
 
 
-def evaluation_shapes(run: Run) -> list[Any]:  # the evaluation's carry in and out
-    E = run.args.eval_episodes
-    episodes = jax.eval_shape(lambda key: reset_envs(run.algo.env, key, E), jax.random.PRNGKey(0))  # [E, ...]
-    shape = lambda x: jax.ShapeDtypeStruct((run.slots, *x.shape), x.dtype)
-    return [jax.tree.map(shape, episodes)] * 2
-
-
-def estimate(args: Flags, configs: int) -> tuple[int, int]:
+def estimate(args: RunFlags, configs: int) -> tuple[int, int]:
     """(bytes of the runs' states and evaluations, env steps of an iteration): what sizes a run's memory."""
-    algo = make_algorithm(args)
-    one = jax.eval_shape(algo.init, jax.random.PRNGKey(0))
-    reset = jax.eval_shape(lambda key: reset_envs(algo.env, key, args.eval_episodes), jax.random.PRNGKey(0))
-    nbytes = sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves((one, reset)))
-    return nbytes * configs * args.num_seeds, algo.env_steps_per_iteration
+    algo = type(args).make_algorithm(args)
+    return sum(run_bytes(algo, args.eval_episodes)) * configs * args.num_seeds, algo.env_steps_per_iteration
 
 
 def sizing_flags(run: Run, rollout: bool) -> str:
@@ -1318,14 +1344,14 @@ def require_memory(run: Run, need: int, what: str, rollout: bool = False) -> Non
         raise ArgsError(f"{sizing_flags(run, rollout)}: {needs}")
 
 
-def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
+def plan_run(configs: list[RunFlags], seeds: list[int]) -> Run:
     """The runs of configurations sharing a program, each with every seed: checked, and fitting the memory."""
     for config in reversed(configs):  # each passes the algorithm's checks; algo is the first's
         try:
             for name, value in vars(config).items():  # inf and nan pass "positive" and "in [0, 1]"
                 finite = type(value) is not float or math.isfinite(value)
                 require(finite, f"--{name.replace('_', '-')} must be a finite number, got {value}")
-            algo = make_algorithm(config)
+            algo = type(config).make_algorithm(config)
         except ArgsError as error:  # a sweep's named by its grid point
             raise ArgsError(f"--sweep {label(config, ' ')}: {error}" if config.sweep else error) from None
     args, runs = configs[0], len(configs) * len(seeds)
@@ -1340,13 +1366,16 @@ def plan_run(configs: list[Flags], seeds: list[int]) -> Run:
     chunks = plan_chunks(algo.num_iterations, max(args.num_chunks, evaluations))  # a chunk ends by each
     configs, seeds = [c for c in configs for _ in seeds], seeds * len(configs)  # [R]: the seeds vary fastest
     run = Run(args, algo, configs, seeds, [], *chunks, mesh, slots)
-    everything = [state_shapes(run)] * 3 + evaluation_shapes(run)  # the chunk's input, output, host's copy
-    need = sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(everything))
-    require_memory(run, need, "the training state and its evaluation")
+    try:
+        state, episodes = run_bytes(algo, args.eval_episodes)
+    except OverflowError as error:  # a size beyond an int32 index: e.g. --hidden-size 10**12
+        raise ArgsError(f"the sizes given do not fit an array ({str(error).splitlines()[0]})") from None
+    # the state three times (the chunk's input, output, the host's copy), the evaluation's carry in and out
+    require_memory(run, (3 * state + 2 * episodes) * slots, "the training state and its evaluation")
     return run
 
 
-def plan_runs(args: Flags) -> list[Run]:
+def plan_runs(args: RunFlags) -> list[Run]:
     """Check the run's flags and every configuration of --sweep, and plan each program's runs."""
     require_positive(args, "num_seeds", "num_chunks", "eval_episodes")
     require_positive(args, "cpu_devices", "eval_frequency", "checkpoint_frequency", at_least=0)
@@ -1365,7 +1394,7 @@ def plan_runs(args: Flags) -> list[Run]:
         configs = sum(map(len, grouped))
         count = f"{configs} configurations x {args.num_seeds} seed(s) = {configs * args.num_seeds} runs"
         say(f"sweep: {count}, in {len(grouped)} program(s) compiled one after another")
-        static = sorted({n for n in swept(args) if n not in Hyperparameters._fields}) or ["none"]
+        static = sorted({n for n in swept(args) if n not in type(args).Hyperparameters._fields}) or ["none"]
         each = f"one per value of its static flags ({', '.join(static)})"
         cap = f"at most --sweep-max-programs {args.sweep_max_programs} (raise it to compile them all)"
         require(len(grouped) <= args.sweep_max_programs, f"--sweep: {len(grouped)} programs, {each}; {cap}")
@@ -1390,13 +1419,17 @@ def say_plan(run: Run) -> None:  # one line where the run differs from its flags
 CLAIMED: list[Path] = []  # the run directories this process has claimed, released as main returns
 
 
-def run_name(config: Flags, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}; a sweep's labelled
+def run_name(config: RunFlags, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}, labelled
     experiment = f"{config.exp_name}-{label(config)}" if config.sweep else config.exp_name
-    return f"{config.env_id.replace('/', '-')}__{experiment}__{seed}__{stamp}"
+    return f"{file_name(config.env_id)}__{experiment}__{seed}__{stamp}"
 
 
-def sweep_dir(args: Flags, stamp: str) -> Path:  # where a sweep's summary goes, beside its runs
-    return Path(args.output_dir) / f"{args.env_id.replace('/', '-')}__{args.exp_name}__sweep__{stamp}"
+def sweep_dir(args: RunFlags, stamp: str) -> Path:  # where a sweep's summary goes, beside its runs
+    return Path(args.output_dir) / f"{file_name(args.env_id)}__{args.exp_name}__sweep__{stamp}"
+
+
+def file_name(env_id: str) -> str:  # an env id in a file name: suite/name -> suite-name, a.b:f -> a.b-f
+    return env_id.replace("/", "-").replace(":", "-")
 
 
 def write_atomic(path: Path, data: bytes) -> None:  # a temporary file renamed into place: never half-written
@@ -1535,6 +1568,8 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
     healthy = [d for d in run.dirs if not (d / "diverged.json").is_file()] or run.dirs
     names = sorted({p.name for d in healthy for p in (d / "checkpoints").glob("step_*.msgpack")})[::-1]
     if run.args.resume is None or not names:  # a run stopped before its first checkpoint starts again
+        if run.args.resume and not all((d / "diverged.json").is_file() for d in run.dirs):
+            say(f"{run.dirs[0]}: no checkpoint was written; the run starts over from step 0")
         return 0, None
     template, errors = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0)), []
     for name in names:
@@ -1549,18 +1584,19 @@ def restore_checkpoints(run: Run) -> tuple[int, list[Any] | None]:
 
 
 class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jsonl and, with --track, wandb
-    def __init__(self, run_dir: Path, args: Flags, resume_step: int):
+    def __init__(self, run_dir: Path, args: RunFlags, resume_step: int):
         self.jsonl, self.wandb_run = run_dir / "metrics.jsonl", None
+        self.points: list[dict] = []  # every row of metrics.jsonl, as written (the plot's and eval.json's)
         if self.jsonl.exists():  # resumed: keep what was logged up to the checkpoint, rewritten atomically
-            kept, torn = [], 0
+            torn = 0
             for line in self.jsonl.read_text().splitlines(keepends=True):
                 try:  # a line a full disk or a kill cut short is left out, and said
                     point = json.loads(line) if line.endswith("\n") else None
-                    kept += [line] if point["global_step"] <= resume_step else []
+                    self.points += [point] if point["global_step"] <= resume_step else []
                 except (ValueError, TypeError, KeyError):
                     torn += 1
-            write_atomic(self.jsonl, "".join(kept).encode())
-            last = json.loads(kept[-1])["global_step"] if kept else 0
+            write_atomic(self.jsonl, "".join(json.dumps(point) + "\n" for point in self.points).encode())
+            last = self.points[-1]["global_step"] if self.points else 0
             if torn or last < resume_step:
                 rows = f"left out {torn} line(s) that did not read; its rows end at step {last:,}"
                 say(f"{self.jsonl}: {rows}, the checkpoint at {resume_step:,}")
@@ -1592,7 +1628,8 @@ class RunLogger:  # one run directory's metrics: TensorBoard events, metrics.jso
                     continue
                 summary = Summary(value=[Summary.Value(tag=tag, simple_value=x) for tag, x in values.items()])
                 events.append(Event(wall_time=time.time(), step=step, summary=summary))
-                jsonl.write(json.dumps({"global_step": step, **values}) + "\n")
+                self.points.append({"global_step": step, **values})
+                jsonl.write(json.dumps(self.points[-1]) + "\n")
                 if self.wandb_run is not None:
                     self.wandb_run.log({**values, "global_step": step})
         self.append_events(events)
@@ -1874,12 +1911,41 @@ def resume_command(run: Run) -> str:
     return f"python {sys.argv[0]} --resume {run.dirs[0]}"
 
 
+def newly_diverged(run: Run, end: ChunkEnd, finite: np.ndarray, metrics: dict, diverged: dict) -> dict:
+    """The runs whose parameters turned non-finite in this chunk (finite [R]: they are not), each said."""
+    new = {i: divergence(run, end, metrics, i) for i, ok in enumerate(finite) if not ok and i not in diverged}
+    go_on = ", others go on" if len(run.seeds) > len(diverged) + len(new) else ""  # where some still train
+    for d in new.values():
+        where = f"{d['non_finite']} turned non-finite at step {d['at_step']:,}"
+        say(f"{d['run_dir']}: {where}; it trains no further (its checkpoints stay){go_on}")
+    return new
+
+
+def state_to_host(run: Run, end: ChunkEnd, saved: int, writes: collections.deque, state: Any, ends: bool):
+    """(every run's state on the host where a checkpoint is due, else None; the env steps of the latest
+    checkpoint). The writes before it finish first, so the host holds one copy of the state."""
+    if not (ends or checkpoint_due(run, end, saved)):
+        return None, saved
+    settle(writes, keep=0)
+    return to_host(state), end.step
+
+
+def exit_if_stopped(run: Run, end: ChunkEnd, failed: BaseException | None, stopped: bool, stop: list):
+    """Once the chunk is written: exit 1 where the evaluation failed to compile, 128 + a signal's number."""
+    if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
+        detail = f"{type(failed).__name__}: {(str(failed).strip().splitlines() or [''])[0]}"
+        sys.exit(f"error: the evaluation does not compile ({detail}); stopped at step {end.step:,}")
+    if stopped:
+        say(f"stopped at step {end.step:,}; checkpoint saved. Continue with: {resume_command(run)}")
+        sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
+
+
 def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: int, stop: list) -> tuple:
     """The chunks from iteration `done`: as chunk k ends, chunk k+1 is dispatched and chunk k's results go to
     a writer thread; it never exits while a chunk computes (Python's teardown under it can crash). Transfers
     stay in this thread: with several processes each is a collective."""
     per_iteration, num_runs = run.algo.env_steps_per_iteration, len(run.seeds)
-    at_start = done * per_iteration
+    at_start = reached = done * per_iteration
     loggers = [RunLogger(d, run.args, at_start) for d in run.dirs] if is_main_process() else []
     writer, writes = ThreadPoolExecutor(max_workers=1), collections.deque()  # the writes not yet waited for
     start = ready = time.perf_counter()
@@ -1898,35 +1964,22 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
                 in_flight = chunk(state, np.int32(end.first + run.iterations_per_chunk))
             # [S, I]: the real runs (not the padding), the iterations that ran
             metrics = {tag: x[:num_runs, : end.num_valid] for tag, x in to_host(output.metrics).items()}
-            finite, skipped = to_host(output.finite)[:num_runs], set(diverged)
-            newly = [i for i in range(num_runs) if not finite[i] and i not in skipped]
-            new = {i: divergence(run, end, metrics, i) for i in newly}
-            diverged |= new
-            for d in new.values():
-                where = f"{d['non_finite']} turned non-finite at step {d['at_step']:,}"
-                say(f"{d['run_dir']}: {where}; it trains no further (its checkpoints stay), others go on")
+            new = newly_diverged(run, end, to_host(output.finite)[:num_runs], metrics, diverged)
+            skipped, diverged = set(diverged), diverged | new
             stopping |= len(diverged) == num_runs and not end.last  # all diverged: drop the chunk in flight
-            now = time.perf_counter()
+            now, reached = time.perf_counter(), end.step
             sps, ready, evals = end.num_valid * per_iteration / (now - ready), now, {}  # evals: tag -> [S]
-            if end.evaluate and failed is None:
-                returns = to_host(evaluation.returns)[:num_runs].astype(np.float64)  # [S, E]
-                evals["eval/episodic_return"] = returns.mean(-1)  # every run's mean return
-            ends_run, on_host = end.last or stopping or failed is not None, None
-            if ends_run or checkpoint_due(run, end, saved):  # one host copy of the state at a time
-                settle(writes, keep=0)
-                on_host, saved = to_host(state), end.step
+            if end.evaluate and failed is None:  # every run's mean return, of its episodes [S, E]
+                evals["eval/episodic_return"] = to_host(evaluation.returns)[:num_runs].mean(-1, np.float64)
+            ends_run = end.last or stopping or failed is not None
+            on_host, saved = state_to_host(run, end, saved, writes, state, ends_run)
             line = progress_line(run, end, metrics, evals, time.perf_counter() - start, at_start)
             rows = ChunkRows(end.first, end.num_valid, metrics, sps, evals, end.step, on_host, new, skipped)
             writes.append(writer.submit(write_chunk, run, loggers, rows, line))
             settle(writes, keep=0 if ends_run else WRITES_BEHIND)  # a write's error is raised here
-            if failed is not None:  # this chunk's logs and checkpoint are written: a resume goes on from them
-                detail = f"{type(failed).__name__}: {(str(failed).strip().splitlines() or [''])[0]}"
-                sys.exit(f"error: the evaluation does not compile ({detail}); stopped at step {end.step:,}")
+            exit_if_stopped(run, end, failed, stopping and len(diverged) < num_runs, stop)
             if len(diverged) == num_runs:
                 break
-            if stopping:
-                say(f"stopped at step {end.step:,}; checkpoint saved. Continue with: {resume_command(run)}")
-                sys.exit(128 + (stop[0] if stop else signal.SIGTERM))
     except BaseException:
         writer.shutdown(wait=True, cancel_futures=True)  # the writes before the error finish
         for logger in loggers:
@@ -1935,8 +1988,7 @@ def train_chunks(run: Run, chunk: Callable, evaluate: Future, state: Any, done: 
         raise
     writer.shutdown()
     wait_for(in_flight)  # a chunk dispatched before every run was seen to diverge
-    steps, took = run.algo.total_steps - at_start, time.perf_counter() - start
-    per = "run" if run.args.sweep else "seed"
+    steps, took, per = reached - at_start, time.perf_counter() - start, "run" if run.args.sweep else "seed"
     say(f"trained {steps:,} steps x {run.how_many()} in {took:.2f}s ({steps / took:,.0f} SPS per {per})")
     return state, loggers, evaluation, diverged
 
@@ -1990,21 +2042,23 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluation: Evalu
         summary = {**eval_summary(result.returns[i], result.lengths[i]), "global_step": algo.total_steps}
         if algo.env.summary:  # the env suite's own (a score, each achievement's rate, ...)
             summary |= algo.env.summary(result.returns[i], result.info[i])
-        points = [json.loads(line) for line in logger.jsonl.read_text().splitlines()]
-        curve = [(p["global_step"], p["eval/episodic_return"]) for p in points if "eval/episodic_return" in p]
-        summary["eval_curve"] = [{"global_step": at, "mean": mean} for at, mean in curve]
+        point = lambda p: {"global_step": p["global_step"], "mean": p["eval/episodic_return"]}
+        summary["eval_curve"] = [point(p) for p in logger.points if "eval/episodic_return" in p]
         write_atomic(run.dirs[i] / "eval.json", json.dumps(summary, indent=2).encode())
-        point = f"{label(run.configs[i]) + ', ' * bool(args.sweep)}seed {run.seeds[i]}"
-        plot_returns(run.dirs[i], f"{algo.name} on {args.env_id}, {point}", points)
+        which = f"{label(run.configs[i]) + ', ' * bool(args.sweep)}seed {run.seeds[i]}"
+        plot_returns(run.dirs[i], f"{algo.name} on {args.env_id}, {which}", logger.points)
         mean, std = summary["mean"], summary["std"]
         print(f"{run.dirs[i]}: eval return {mean:.2f} +- {std:.2f} over {args.eval_episodes} episodes")
     write_outputs(run, state, result.lengths[:, 0], diverged)
 
 
-def evaluate_saved_model(run_dir: str | Path, episodes: int | None = None, seed: int = EVAL_SEED) -> dict:
-    """{run_dir}/{exp_name}.flax evaluated as eval.json was (to the bit for one seed: the same program)."""
-    args = args_from_record(read_record(Path(run_dir)), Path(run_dir))
-    algo = make_algorithm(args)
+def evaluate_saved_model(
+    flags: type[RunFlags], run_dir: Path | str, episodes: int = 0, seed: int = EVAL_SEED
+) -> dict[str, Any]:
+    """{run_dir}/{exp_name}.flax evaluated as eval.json was (to the bit for one seed: the same program), with
+    the script's Flags: e.g. script.evaluate_saved_model(script.Flags, run_dir)["mean"]."""
+    args = args_from_record(flags, read_record(Path(run_dir)), Path(run_dir))
+    algo = type(args).make_algorithm(args)
     template = algo.model(jax.eval_shape(algo.init, jax.random.PRNGKey(0)))
     model = from_bytes(template, (Path(run_dir) / f"{args.exp_name}.flax").read_bytes())
     key, models = jax.random.PRNGKey(seed), jax.tree.map(lambda x: np.asarray(x)[None], model)  # one seed's
@@ -2019,18 +2073,19 @@ def iqm(scores: np.ndarray) -> float:  # the interquartile mean: floor(n / 4) dr
     return float(x[len(x) // 4 : len(x) - len(x) // 4].mean())
 
 
-def bootstrap(scores: np.ndarray, statistic: Callable = iqm, reps: int = 2000) -> tuple[float, float]:
-    """The 95% percentile bootstrap interval of statistic(scores), the seeds resampled with replacement."""
+def bootstrap(scores: np.ndarray, statistic: Callable = iqm, reps: int = 2000) -> tuple[Any, Any]:
+    """The 95% percentile bootstrap interval of statistic(scores) (each of its values), the seeds (scores'
+    first axis) resampled with replacement."""
     x = np.asarray(scores, np.float64)
-    samples = x[np.random.default_rng(0).integers(0, len(x), (reps, len(x)))]  # [reps, S]
-    return tuple(float(v) for v in np.percentile([statistic(sample) for sample in samples], [2.5, 97.5]))
+    samples = x[np.random.default_rng(0).integers(0, len(x), (reps, len(x)))]  # [reps, S, ...]
+    return tuple(np.percentile([statistic(sample) for sample in samples], [2.5, 97.5], axis=0).tolist())
 
 
-def command_line(config: Flags, seed: int) -> str:
+def command_line(config: RunFlags, seed: int) -> str:
     """The command that trains config alone, from seed: its flags that differ from the defaults."""
-    defaults, parts = Flags(), [f"python {sys.argv[0]}", f"--env-id {config.env_id}"]
-    left_out = {"env_id", "sweep", "resume", "seed", "output_dir"} | MACHINE_FLAGS
-    for name in (f.name for f in fields(Flags) if f.name not in left_out):
+    defaults, parts = type(config)(), [f"python {sys.argv[0]}", f"--env-id {config.env_id}"]
+    left_out = {"env_id", "sweep", "resume", "seed", "output_dir"} | config.machine_flags
+    for name in (f.name for f in fields(config) if f.name not in left_out):
         value, flag = getattr(config, name), f"--{name.replace('_', '-')}"
         if value != getattr(defaults, name) and value is not None:
             parts.append(flag.replace("--", "--no-", not value) if type(value) is bool else f"{flag} {value}")
@@ -2071,9 +2126,8 @@ def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> No
             continue
         grid = np.linspace(max(c[0, 0] for c in points), min(c[-1, 0] for c in points), 100)
         ys = np.stack([np.interp(grid, c[:, 0], c[:, 1]) for c in points])  # [S, 100]
-        draws = ys[np.random.default_rng(0).integers(0, len(ys), (500, len(ys)))].mean(1)  # [500, 100]
         ax.plot(grid, ys.mean(0), color=color, label=row["config"])
-        ax.fill_between(grid, *np.percentile(draws, [2.5, 97.5], axis=0), color=color, alpha=0.2)
+        ax.fill_between(grid, *bootstrap(ys, lambda s: s.mean(0), 500), color=color, alpha=0.2)
     what = "evaluation" if evaluation else "training"
     ax.set(xlabel="environment steps", ylabel=f"{what} return (mean, 95% band)", title=title)
     ax.grid(alpha=0.3)
@@ -2084,8 +2138,7 @@ def plot_sweep(path: Path, title: str, rows: list[dict], evaluation: bool) -> No
 
 def write_sweep_summary(runs: list[Run]) -> None:
     """sweep.json, sweep.md, sweep.png: the configurations ranked by IQM, the winner's command (new seeds)."""
-    args = runs[0].args
-    folder = sweep_dir(args, runs[0].dirs[0].name.rsplit("__", 1)[1])
+    args, folder = runs[0].args, runs[0].summary_dir
     folder.mkdir(parents=True, exist_ok=True)  # a sweep resumed after its directory was removed
     every = range(0, len(runs[0].configs), args.num_seeds)
     rows = [configuration_results(run, first) for run in runs for first in every]
@@ -2147,8 +2200,9 @@ def finished(run: Run, restored: list[Any]) -> dict[int, dict]:
     done = records(run.dirs, "eval.json")  # run i -> its eval.json
     diverged = {i: d for i, d in records(run.dirs, "diverged.json").items() if i not in done}
     for i, run_dir in enumerate(run.dirs):
-        at = f"eval return {done[i]['mean']:.2f}" if i in done else f"diverged ({diverged[i]['non_finite']})"
-        say(f"{run_dir}: finished at step {run.algo.total_steps:,}, {at}; nothing to train")
+        ended = "diverged at step {at_step:,} ({non_finite})".format(**diverged[i]) if i in diverged else ""
+        ended = ended or f"finished at step {run.algo.total_steps:,}, eval return {done[i]['mean']:.2f}"
+        say(f"{run_dir}: {ended}; nothing to train")
     if (run.args.save_model or run.args.capture_video) and done:
         lengths = np.array([done[i]["lengths"][0] if i in done else 1 for i in range(len(run.dirs))])
         write_outputs(run, initial_state(run, restored), lengths, diverged)
@@ -2172,7 +2226,7 @@ def train_all(runs: list[Run], stop: list[int]) -> None:
             diverged += train_and_finish(run, initial_state(run, restored), done, stop).values()
             trained = True
     if runs[0].args.sweep and is_main_process():
-        summary = sweep_dir(runs[0].args, runs[0].dirs[0].name.rsplit("__", 1)[1]) / "sweep.md"
+        summary = runs[0].summary_dir / "sweep.md"
         done_before = not trained and summary.is_file()
         say(f"the sweep is finished: {summary}") if done_before else write_sweep_summary(runs)
     named = "; ".join(f"{d['run_dir']} ({d['non_finite']} at step {d['at_step']:,})" for d in diverged)
@@ -2190,7 +2244,7 @@ def forget_unstarted(runs: list[Run]) -> bool:
     dirs = [d for run in runs for d in run.dirs]
     if any((d / "checkpoints").exists() for d in dirs):
         return False
-    for run_dir in dirs + [sweep_dir(runs[0].args, dirs[0].name.rsplit("__", 1)[1])]:
+    for run_dir in dirs + [runs[0].summary_dir]:
         shutil.rmtree(run_dir, ignore_errors=True)
     return True
 
@@ -2207,7 +2261,7 @@ def failure(error: Exception, runs: list[Run]) -> str:
     return f"error: {what}; the last checkpoint is kept; continue with: {resume_command(runs[0])}"
 
 
-def main() -> None:  # train every run (a configuration x a seed) in chunks, then evaluate and write out each
+def main(flags: type[RunFlags]) -> None:  # train every run (a configuration x a seed), evaluate, write out
     gc.freeze()  # Python's collector skips the imports' objects, while JAX traces and at exit
     atexit.register(gc.freeze)
     stop: list[int] = []  # Ctrl-C / SIGTERM: the chunk in flight finishes and is checkpointed, then exit
@@ -2215,7 +2269,9 @@ def main() -> None:  # train every run (a configuration x a seed) in chunks, the
 
     def remember(signum: int, _frame: Any) -> None:
         if stop:  # a second signal quits at once: every checkpoint written is whole (renamed into place)
-            hint = f"; continue from the last checkpoint with: {resume_command(runs[0])}" if runs else ""
+            saved = any(any((d / "checkpoints").glob("step_*.msgpack")) for run in runs for d in run.dirs)
+            hint = f"; continue from the last checkpoint with: {resume_command(runs[0])}" if saved else ""
+            hint = hint or "; no checkpoint was written: a --resume starts over" * bool(runs)
             print(f"\nreceived signal {signum} again: quitting now{hint}", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         stop.append(signum)
@@ -2223,7 +2279,7 @@ def main() -> None:  # train every run (a configuration x a seed) in chunks, the
 
     previous = {s: signal.signal(s, remember) for s in (signal.SIGINT, signal.SIGTERM)}
     try:  # every bad input is reported here, in one line, before anything compiles
-        start_jax(args := resume_args(parse_flags()))
+        start_jax(args := resume_args(parse_flags(flags)))
         planned = plan_runs(args)  # one per program: a sweep's static flags make several
         if args.resume is None:
             say_plan(planned[0])
@@ -2241,5 +2297,9 @@ def main() -> None:  # train every run (a configuration x a seed) in chunks, the
         release_claims()  # the run directories are free again (main() called from Python)
 
 
+# ===== What the algorithm above hands the harness: every flag of a run (Args', then RunFlags), carrying
+# Args, Hyperparameters and make_algorithm, which is all the harness reads of the script (docs/harness.md)
+Flags = flags_class(Args, Hyperparameters, make_algorithm)
+
 if __name__ == "__main__":
-    main()
+    main(Flags)

@@ -1833,7 +1833,7 @@ def sweep_dir(args: RunFlags, stamp: str) -> Path:  # where a sweep's summary go
     return Path(args.output_dir) / f"{file_name(args.env_id)}__{args.exp_name}__sweep__{stamp}"
 
 
-def file_name(env_id: str) -> str:  # an env id in a file's name: brax/hopper -> brax-hopper, a.b:f -> a.b-f
+def file_name(env_id: str) -> str:  # an env id in a file name: suite/name -> suite-name, a.b:f -> a.b-f
     return env_id.replace("/", "-").replace(":", "-")
 
 
