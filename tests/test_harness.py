@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import shutil
 import subprocess
@@ -19,8 +20,10 @@ from _helpers import (
     ConstantRewardProbe,
     exit_of_main,
     load_script,
+    main_in_process,
     only_run_dir,
     read_jsonl,
+    rewound_copy,
     session_cache,
 )
 
@@ -230,3 +233,49 @@ def test_with_no_accelerator_the_runs_fill_the_cpu_devices_without_a_padded_slot
     assert devices(num_seeds=4) == 2
     assert devices(num_seeds=1, sweep=("learning_rate=1e-3,3e-4,1e-4",)) == 3
     assert devices(num_seeds=3, cpu_devices=1) == 1
+
+
+# --- a user's own environment, module:callable (docs/runs.md) --------------------------------------------
+def as_flags(**values: Any) -> list[str]:  # num_envs=4 -> ["--num-envs", "4"]
+    return [item for name, value in values.items() for item in (f"--{name.replace('_', '-')}", str(value))]
+
+
+EACH = dict(learning_starts=100, batch_size=16, num_chunks=2, eval_episodes=2)
+DQN_TINY = as_flags(**EACH, num_envs=4, buffer_size=200, train_frequency=4, log_frequency=100)
+DQN_TINY += as_flags(target_network_frequency=40, total_timesteps=400)
+SAC_TINY = as_flags(**EACH, hidden_size=16, buffer_size=1000, log_frequency=50, total_timesteps=300)
+
+
+def test_a_users_own_env_trains_by_id_in_a_discrete_and_a_continuous_script_and_resumes(
+    tmp_path, monkeypatch, capsys
+):
+    """The worked example of docs/runs.md: tests/user_envs.py in the working directory, its callables named by
+    --env-id module:callable; dqn_jax (discrete actions) from the shell, sac_jax (continuous) from main. Each
+    run's directory names the id ('.' kept, ':' as '-'), its args.json records it, and a copy rewound to its
+    first checkpoint resumes to the same evaluation. Bad ids are one line each, exit 2."""
+    tests = ROOT / "tests"
+    command = [sys.executable, str(ROOT / "vibe_rl" / "dqn_jax.py"), "--env-id", "user_envs:make_reach"]
+    command += [*DQN_TINY, "--output-dir", str(tmp_path / "dqn"), *session_cache()]
+    shell = subprocess.run(command, cwd=tests, capture_output=True, text=True)
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    monkeypatch.chdir(tests)  # as the shell above: the user's module lies in the working directory
+    continuous = ["--env-id", "user_envs:make_reach_continuous", *SAC_TINY, "--output-dir", str(tmp_path)]
+    main_in_process(load_script("sac_jax"), [*continuous[:-1], str(tmp_path / "sac")], monkeypatch, capsys)
+    for script, name in (("dqn_jax", "dqn"), ("sac_jax", "sac")):
+        run_dir = only_run_dir(tmp_path / name)
+        env_id = json.loads((run_dir / "args.json").read_text())["env_id"]
+        assert run_dir.name.startswith(f"{env_id.replace(':', '-')}__{script}__1__") and ":" in env_id
+        (rewound,) = rewound_copy(tmp_path / name, tmp_path / f"{name}-rewound")
+        resumed = main_in_process(load_script(script), ["--resume", str(rewound)], monkeypatch, capsys)
+        assert "compiled one chunk" in resumed and "starts over" not in resumed, resumed
+        evaluations = [json.loads((d / "eval.json").read_text())["returns"] for d in (run_dir, rewound)]
+        assert evaluations[0] == evaluations[1]
+    refused = [
+        ("no_such_module:make", "no_such_module:make: no_such_module does not import (ModuleNotFoundError"),
+        ("user_envs:make_nothing", "user_envs:make_nothing: user_envs has no callable 'make_nothing'"),
+        ("user_envs:not_an_env", "not_an_env() must return (a gymnax Environment, its params)"),
+        ("user_envs:make_reach_continuous", "DQN needs discrete actions"),
+    ]
+    for env_id, message in refused:
+        code, err = exit_of_main(load_script("dqn_jax"), ["--env-id", env_id], monkeypatch, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, (env_id, err)
