@@ -43,7 +43,7 @@ from benchmark.stats import mean_ci_band
 
 
 class Match(NamedTuple):
-    """A user's run and the entry (a docs/results/ record, as benchmark/results.py's entry dict) it repeats."""
+    """A user's run and the entry it repeats (a docs/results/ record, as an `entry_result` dict)."""
 
     run_dir: Path
     entry: dict[str, Any] | None  # None: no entry has this script, env and budget

@@ -19,7 +19,7 @@
 # Steps, in the order they run, the most wanted first, so that the deadline cuts the least wanted
 # (GPU_STEPS=a,b,... picks some; default a, b, c, d, e, f, g, h, i, k and o):
 #   a  device check, wheel install, import check
-#   o  the driver's host work per chunk (python -m benchmark.driver_overhead): PPO CartPole at 1, 8,
+#   o  the driver's host work per chunk (python -m benchmark.oneoff.driver_overhead): PPO CartPole at 1, 8,
 #      64 and 256 seeds, DQN's 1M buffer at 1 and 8, against the chunk's compute (GPU_O_FLAGS, e.g.
 #      "--num-seeds 1,64 --dqn-seeds 1", picks fewer)
 #   c  ppo_jax_scan vs PureJaxRL ppo.py, CartPole-v1, 2048 / 8192 / 4 envs (GPU_C_ENVS; interleaved)
@@ -229,7 +229,7 @@ run_step a imports_peers 120 peers "$PEERS_PY" -c 'import importlib.metadata as 
 print("peers: jax", jax.__version__, "gymnax", m.version("gymnax"), "distrax", m.version("distrax"))'
 
 # -------------------------------------------- o: the driver's host work between chunks --
-run_step o driver_overhead 240 ours "$PY" -m benchmark.driver_overhead --ppo-steps "$TSEEDS" \
+run_step o driver_overhead 240 ours "$PY" -m benchmark.oneoff.driver_overhead --ppo-steps "$TSEEDS" \
     --dqn-steps "$TDQN_BUFFER" ${GPU_O_FLAGS:-}
 
 # ------------------------------------------------------ c: ours vs PureJaxRL, CartPole --

@@ -480,7 +480,15 @@ def test_markdown_has_seed_scaling_and_peer_ratios():
 def test_rollout_share_times_the_rollout_and_the_whole_iteration():
     # a reduced budget (8 iterations): this checks the script runs and reports, not speed
     result = subprocess.run(
-        [sys.executable, "-m", "benchmark.rollout_share", "--repeats", "1", "--set", "total_timesteps=4096"],
+        [
+            sys.executable,
+            "-m",
+            "benchmark.oneoff.rollout_share",
+            "--repeats",
+            "1",
+            "--set",
+            "total_timesteps=4096",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -507,7 +515,7 @@ def test_the_ceiling_steps_craftax_pixels_and_uses_their_render():
 
 def test_event_writing_writes_the_same_points_each_way_and_reports_each(tmp_path):
     """A reduced size (2 x 5 points): this checks what each way writes and that it reports, not speed."""
-    events = importlib.import_module("benchmark.event_writing")
+    events = importlib.import_module("benchmark.oneoff.event_writing")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     points = [(512 * (i + 1), {"losses/a": float(i), "losses/b": 2.0 * i}) for i in range(5)]
@@ -520,7 +528,10 @@ def test_event_writing_writes_the_same_points_each_way_and_reports_each(tmp_path
         assert read == [(step, values["losses/b"]) for step, values in points], name
     sizes = ["--seeds", "2", "--points", "5", "--rounds", "1"]
     result = subprocess.run(
-        [sys.executable, "-m", "benchmark.event_writing", *sizes], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "benchmark.oneoff.event_writing", *sizes],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(re.findall(r"^  .+ [0-9.]+ s  \([0-9.]+x\)$", result.stdout, re.M)) == len(events.WAYS)

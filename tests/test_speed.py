@@ -1,6 +1,6 @@
 """benchmark/speed.py's pure pieces: the rnn and td3 settings, their budgets, the flags each side
-gets, and their rows of the table (nothing runs a peer or times anything); benchmark.driver_overhead's
-output, from a tiny run."""
+gets, and their rows of the table (nothing runs a peer or times anything);
+benchmark.oneoff.driver_overhead's output, from a tiny run."""
 
 from __future__ import annotations
 
@@ -75,10 +75,10 @@ def test_table_has_the_rnn_and_td3_rows():
 
 @pytest.mark.slow  # 10 s: two programs compiled and timed
 def test_driver_overhead_prints_the_pieces_and_the_bar_line():
-    """benchmark.driver_overhead with one --num-seeds: a table row of the pieces, then the bar's line
-    with both numbers (a reduced budget: 2 seeds, 8 PPO iterations, one repeat; no figure is checked)."""
-    command = [sys.executable, "-m", "benchmark.driver_overhead", "--num-seeds", "2", "--ppo-steps", "4096",
-               "--repeats", "1", *session_cache()]  # fmt: skip
+    """benchmark.oneoff.driver_overhead with one --num-seeds: a table row of the pieces, then the bar's
+    line with both numbers (a reduced budget: 2 seeds, 8 PPO iterations, one repeat; no figure is checked)."""
+    command = [sys.executable, "-m", "benchmark.oneoff.driver_overhead", "--num-seeds", "2",
+               "--ppo-steps", "4096", "--repeats", "1", *session_cache()]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()

@@ -2,8 +2,8 @@
 iteration, each as one jitted lax.scan over the run's iterations, timed in one process,
 interleaved (best of --repeats).
 
-    python -m benchmark.rollout_share                      # CleanRL's CartPole config, 500k steps
-    python -m benchmark.rollout_share --set num_envs=16 --set env_id=Acrobot-v1
+    python -m benchmark.oneoff.rollout_share                      # CleanRL's CartPole config, 500k steps
+    python -m benchmark.oneoff.rollout_share --set num_envs=16 --set env_id=Acrobot-v1
 
 Prints, per repeat:
     rollout 0.55 s   whole iteration 3.12 s

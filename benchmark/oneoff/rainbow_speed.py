@@ -8,7 +8,7 @@ interleaved round by round, best of --rounds:
                           --no-dueling --no-noisy (Double DQN's selection on, as the suite's c51 entry)
   rainbow                 rainbow_jax.py with every component on (its sum tree, its window, its noise)
 
-    python -m benchmark.rainbow_speed --total-timesteps 200000 --rounds 3
+    python -m benchmark.oneoff.rainbow_speed --total-timesteps 200000 --rounds 3
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ updates. CleanRL's plain DQN and lr 2.5e-4 are pinned (CLEANRL below): dqn_jax's
 differ there (Double DQN, 1e-4; docs/dqn_jax.md, "Defaults"), and Double DQN costs one more
 forward pass per gradient step.
 
-    python -m benchmark.dqn_speed                 # CleanRL's config, 1 env
-    python -m benchmark.dqn_speed --num-envs 8 --train-frequency 80 --target-network-frequency 480
-    python -m benchmark.dqn_speed --chunk-overhead                      # also the chunking cost
-    python -m benchmark.dqn_speed --steps 2000 --repeats 1 --chunk-overhead \\
+    python -m benchmark.oneoff.dqn_speed                 # CleanRL's config, 1 env
+    python -m benchmark.oneoff.dqn_speed --num-envs 8 --train-frequency 80 --target-network-frequency 480
+    python -m benchmark.oneoff.dqn_speed --chunk-overhead                      # also the chunking cost
+    python -m benchmark.oneoff.dqn_speed --steps 2000 --repeats 1 --chunk-overhead \\
         --chunk-timesteps 20000 --chunk-repeats 1                       # a smoke test, seconds
 
 Every figure is the best of --repeats timed calls (after one compiling call) of one compiled
@@ -29,7 +29,7 @@ With --chunk-overhead, the whole training at CleanRL's config three ways (best o
   chunked   run_chunk once per chunk of plan_chunks(num_iterations, --num-chunks), each followed by a host
             copy of the state, the non-finite check and save_checkpoint, in this thread (no logging): the
             driver before it wrote in a thread and checkpointed at --checkpoint-frequency (its cost now:
-            benchmark.driver_overhead)
+            benchmark.oneoff.driver_overhead)
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Measured side by side, interleaved, best of --repeats (this machine is shared an
   (c) the cost of chunking: the default --num-chunks vs --num-chunks 1, same run;
   (d) --num-seeds 8 in one vmapped program vs one seed.
 
-    python -m benchmark.ppo_speed                    # CleanRL defaults: 4 envs, 500k steps
-    python -m benchmark.ppo_speed --flags --num-envs 8
+    python -m benchmark.oneoff.ppo_speed                    # CleanRL defaults: 4 envs, 500k steps
+    python -m benchmark.oneoff.ppo_speed --flags --num-envs 8
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from benchmark.ceiling import ceiling_sps
 
-SCRIPT = Path(__file__).resolve().parents[1] / "vibe_rl" / "ppo_jax_scan.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "vibe_rl" / "ppo_jax_scan.py"
 SUMMARY = re.compile(r"trained ([\d,]+) steps x (\d+) seed\(s\) in ([\d.]+)s")
 COMPILED = re.compile(r"^compiled one chunk .* in ([\d.]+)s", re.M)
 

@@ -1,8 +1,8 @@
 """The harness's chunk compiled at XLA backend optimisation levels: compile time against run time.
 
-    python -m benchmark.opt_level ppo_jax_scan --levels default,2,1 --rounds 2
-    python -m benchmark.opt_level dqn_jax --levels default,1 -- --total-timesteps 200000
-    python -m benchmark.opt_level ppo_jax_scan -- --env-id Breakout-MinAtar --network cnn --num-envs 16
+    python -m benchmark.oneoff.opt_level ppo_jax_scan --levels default,2,1 --rounds 2
+    python -m benchmark.oneoff.opt_level dqn_jax --levels default,1 -- --total-timesteps 200000
+    python -m benchmark.oneoff.opt_level ppo_jax_scan -- --env-id Breakout-MinAtar --network cnn --num-envs 16
 
 Every (round, level) is one process: it builds the run as the script's command line would
 (the flags after `--`), sets the level as the algorithm's `chunk_cpu_opt_level` ("default":
@@ -61,7 +61,7 @@ def main() -> None:
     levels = cli.levels.split(",")
     for r in range(cli.rounds):
         for level in levels[r % len(levels) :] + levels[: r % len(levels)]:
-            this_level = [sys.executable, "-m", "benchmark.opt_level", cli.script, "--one", level]
+            this_level = [sys.executable, "-m", "benchmark.oneoff.opt_level", cli.script, "--one", level]
             done = subprocess.run([*this_level, "--", *cli.flags], capture_output=True, text=True, check=True)
             result = done.stdout.strip().splitlines()[-1]
             print(f"round {r + 1}: {cli.script} level {level}: {result}", flush=True)

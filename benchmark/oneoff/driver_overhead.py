@@ -20,8 +20,8 @@ train_chunks) and, unless --num-chunks says otherwise, their default `--num-chun
   the host work also takes cores from the chunk; on a shared machine this is noisy. Best of
   --repeats each, the two interleaved.
 
-    python -m benchmark.driver_overhead                  # PPO at 1, 8, 64, 256 seeds; DQN's buffer
-    python -m benchmark.driver_overhead --num-seeds 64   # the bar: PPO CartPole, 64 seeds
+    python -m benchmark.oneoff.driver_overhead                  # PPO at 1, 8, 64, 256 seeds; DQN's buffer
+    python -m benchmark.oneoff.driver_overhead --num-seeds 64   # the bar: PPO CartPole, 64 seeds
 
 With one --num-seeds its last line holds the bar of issue 50: the host work the device waits for is
 at most 10% of the chunk's compute. Run it on an idle machine.

@@ -1,6 +1,6 @@
 """The random policy's return: uniform random actions, episodes run to their end in one jitted program.
 
-    python -m benchmark.random_policy CartPole-v1 Breakout-MinAtar brax/inverted_pendulum
+    python -m benchmark.oneoff.random_policy CartPole-v1 Breakout-MinAtar brax/inverted_pendulum
 
 prints, per env, the mean (and std, and the standard error) of the undiscounted return over
 --episodes episodes (256 by default), each run from a fresh reset until it terminates or hits

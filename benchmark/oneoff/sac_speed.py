@@ -7,7 +7,7 @@ one critic step, the delayed actor/alpha steps and the Polyak update). Compile t
 (best of `--repeats` calls after a warm-up call). The gymnax ceiling (random actions, no
 buffer) is measured alongside.
 
-    python -m benchmark.sac_speed --env-id Pendulum-v1 --steps 2000
+    python -m benchmark.oneoff.sac_speed --env-id Pendulum-v1 --steps 2000
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ proportion to their priorities, then set those B priorities anew (and, as each e
 one new transition at the maximum priority). The scan is compiled once and timed after, best of the
 rounds, the ways interleaved; it prints microseconds per gradient step.
 
-    python -m benchmark.per_sampling --capacities 100000 1000000 --batch-size 32
+    python -m benchmark.oneoff.per_sampling --capacities 100000 1000000 --batch-size 32
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ On several devices (a GPU machine, or CPU with XLA_FLAGS=--xla_force_host_platfo
 it times ppo_multigpu.py twice more: one seed per device (--data-devices 1, a seed per device)
 and one seed's envs split over all of them (--data-devices 0).
 
-    python -m benchmark.multigpu_speed --num-envs 8
-    python -m benchmark.multigpu_speed --num-envs 65536 --num-steps 16 --multi-only   # GPUs
+    python -m benchmark.oneoff.multigpu_speed --num-envs 8
+    python -m benchmark.oneoff.multigpu_speed --num-envs 65536 --num-steps 16 --multi-only   # GPUs
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ This times both halves side by side, random actions, in one compiled `lax.scan` 
 - `with reset`: `step_envs`, i.e. gymnax's step with its auto-reset (what training runs);
 - `step only`: the raw env's `step_env` with no reset at all (the cost of the physics alone).
 
-    python -m benchmark.brax_reset --env brax/hopper --num-envs 64
+    python -m benchmark.oneoff.brax_reset --env brax/hopper --num-envs 64
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 from benchmark.ceiling import best_time  # noqa: E402
 from vibe_rl import sac_jax as harness  # noqa: E402  (any script: the harness is the same in each)
 

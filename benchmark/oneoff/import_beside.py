@@ -7,8 +7,8 @@ code. This runs the driver's loop on a tiny program for one second, `wait_for(pr
 over, in a fresh process, alone and with `import matplotlib.figure` in a thread started with it, and
 prints the rounds' mean and worst time. Interleaved, best (lowest mean) of --repeats each:
 
-    python -m benchmark.import_beside
-    python -m benchmark.import_beside --repeats 5
+    python -m benchmark.oneoff.import_beside
+    python -m benchmark.oneoff.import_beside --repeats 5
 
 On a GPU a CartPole chunk at 2048 envs takes about 0.08 s, so a round delayed by tens of ms idles
 the device for that long (docs/gpu.md).

@@ -15,7 +15,7 @@ CPU time (every thread's), best of the rounds:
   serialised again);
 - `add_scalar`: SummaryWriter's one event per tag.
 
-    python -m benchmark.event_writing --seeds 8 --points 976 --tags 10
+    python -m benchmark.oneoff.event_writing --seeds 8 --points 976 --tags 10
 """
 
 from __future__ import annotations
