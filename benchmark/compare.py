@@ -3,6 +3,7 @@
     python -m benchmark.compare RUN_DIR [RUN_DIR ...]            a line per run, and compare.png
     python -m benchmark.compare runs/my_sweep --out sweep.png    every run under a directory
     python -m benchmark.compare RUN_DIR --anyway                 compare though the flags differ
+    python -m benchmark.compare RUN_DIR --overwrite              replace compare.png if it exists
 
 A run directory is what a vibe_rl script writes (args.json, eval.json, metrics.jsonl); a directory
 without args.json stands for every run directory below it (a sweep's, or an --output-dir). Each
@@ -14,7 +15,9 @@ whose flags differ (without --anyway), is said in one line and the exit status i
 For each run it prints its score (its final evaluation, or for a `score = "training"` entry its
 last tenth of training returns), our IQM [95% CI] over the entry's seeds, and whether the score
 lies below, within or above our seeds' range; the PNG plots its evaluation (dashed) and training
-(solid) curves over our seeds' mean and 95% band, one panel per entry. Nothing is written into
+(solid) curves over our seeds' mean and 95% band, one panel per entry; the last line says where
+it is. A plot is never replaced silently: where --out (compare.png) exists, the lines are printed,
+the plot is not written, and the exit status is 2, unless --overwrite. Nothing is written into
 the run directories.
 """
 
@@ -152,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmark.compare", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories, or directories holding them")
     parser.add_argument(
-        "--out", type=Path, default=Path("compare.png"), help="the plot (default compare.png)"
+        "--out", type=Path, default=Path("compare.png"), help="the plot (default compare.png, here)"
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument(
         "--anyway", action="store_true", help="compare a run whose flags differ from the entry's"
     )
@@ -190,8 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
         compared.append(m)
         print(line(m, run_score(m.run_dir, m.entry)))
+    if compared and args.out.exists() and not args.overwrite:
+        print(f"the plot is not written: {args.out} exists (--out another path, or --overwrite)")
+        return 2
     if compared:
-        print(f"wrote {plot(compared, args.out)}")
+        replaced = args.out.exists()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        plot(compared, args.out)
+        print(f"{'replaced' if replaced else 'wrote'} the plot: {args.out.resolve()}")
     return status
 
 

@@ -239,7 +239,7 @@ def test_compare_names_the_entry_prints_a_line_per_run_and_plots(ours, tmp_path,
     assert lines[0].startswith("a: 50.00, below our seeds' range; " + ours_text)
     assert lines[1].startswith("b: 105.00, within") and lines[2].startswith("c: 200.00, above")
     assert lines[3].startswith("d: 90.00, within")  # our lowest seed, as the data rounds it
-    assert out.stat().st_size > 1000
+    assert lines[4:] == [f"wrote the plot: {out.resolve()}"] and out.stat().st_size > 1000
     assert {p: p.read_bytes() for run in runs for p in run.iterdir()} == before  # the runs are not modified
 
 
@@ -258,3 +258,26 @@ def test_compare_says_in_one_line_when_the_flags_differ_or_no_entry_matches(ours
     (said,) = capsys.readouterr().out.splitlines()
     assert said.startswith("pendulum: we have no row of ppo_jax_scan.py on Pendulum-v1 at 1,000 steps")
     assert compare.main([str(tmp_path / "nothing_here"), "--results", str(ours)]) == 2
+
+
+def test_compare_says_where_it_wrote_the_plot_and_never_replaces_one_silently(
+    ours, tmp_path, capsys, monkeypatch
+):
+    run = str(write_run(tmp_path / "runs" / "a", 105.0))
+    monkeypatch.chdir(tmp_path)  # the default --out, compare.png, is written here
+    assert compare.main([run, "--results", str(ours)]) == 0
+    plotted = tmp_path / "compare.png"
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote the plot: {plotted.resolve()}"
+    plotted.write_bytes(b"a plot of yours")
+    assert compare.main([run, "--results", str(ours)]) == 2
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("a: 105.00, within")  # the lines are printed all the same
+    assert said[-1] == "the plot is not written: compare.png exists (--out another path, or --overwrite)"
+    assert plotted.read_bytes() == b"a plot of yours"
+    assert compare.main([run, "--results", str(ours), "--overwrite"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"replaced the plot: {plotted.resolve()}"
+    assert plotted.stat().st_size > 1000
+    elsewhere = tmp_path / "plots" / "mine.png"  # a folder that does not exist yet
+    assert compare.main([run, "--results", str(ours), "--out", str(elsewhere)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote the plot: {elsewhere.resolve()}"
+    assert elsewhere.stat().st_size > 1000
