@@ -121,7 +121,7 @@ REFUSED: dict[str, dict[str, set[str]]] = {
     | dict(num_processes=EVERY, process_id=EVERY),
     "dqn_jax": REPLAY | dict(tau=OPEN_UNIT),
     "c51_jax": REPLAY
-    | dict(n_atoms=EVERY, v_min={HUGE, NAN}, v_max={NAN}),  # huge atoms: not distinct float32 numbers
+    | dict(n_atoms=EVERY, v_min={HUGE, NAN}, v_max={HUGE, NAN}),  # huge atoms: not distinct float32 numbers
     "iqn_jax": REPLAY
     | dict(
         target_update_rate=OPEN_UNIT, kappa=POSITIVE, num_tau_samples=COUNT_IN_RUN
@@ -129,8 +129,8 @@ REFUSED: dict[str, dict[str, set[str]]] = {
     | dict(num_tau_prime_samples=COUNT_IN_RUN, num_quantile_samples=COUNT_IN_RUN)  # the pairs; the choice's
     | dict(quantile_embedding_dim=COUNT_IN_RUN),  # huge: its embedding layer exceeds the memory
     "rainbow_jax": REPLAY
-    | dict(n_atoms=EVERY, v_min={HUGE, NAN}, v_max={NAN}, n_step=COUNT_IN_RUN)  # huge: its window's memory
-    | dict(priority_exponent=NONNEG, importance_exponent=UNIT, noisy_std=POSITIVE, adam_eps=NONNEG),
+    | dict(n_atoms=EVERY, v_min={HUGE, NAN}, v_max={HUGE, NAN}, n_step=COUNT_IN_RUN)  # huge: fills too late
+    | dict(priority_exponent=UNIT, importance_exponent=UNIT, noisy_std=POSITIVE, adam_eps=NONNEG),
     "pqn_jax": dict(
         total_timesteps=COUNT,
         learning_rate=POSITIVE,
@@ -270,9 +270,35 @@ EXTRA_CASES = [
         ["--n-atoms", "100000000"],
         "--n-atoms 100000000 atoms on [--v-min -100.0, --v-max 100.0] are",
     ),
-    ("c51_jax", ["--v-min", "-1e30", "--v-max", "1e30"], None),
+    ("c51_jax", ["--v-min", "-16777215", "--v-max", "16777215"], None),  # below 2^24: x and x + 1 differ
+    ("c51_jax", ["--v-max", "16777216"], "[--v-min -100.0, --v-max 16777216.0]: each below 2^24 in"),
     ("c51_jax", ["--v-max", "1e39"], "--n-atoms 101 atoms on [--v-min -100.0, --v-max 1e+39] are not"),
     ("c51_jax", ["--v-min", "-1", "--v-max", "-0.5", "--n-atoms", "2"], None),
+]
+# the fault probe's reproductions (issue 81), each refused before compiling, and their boundaries
+LATE = "--n-step 10000 fills its window at env step 10,000 (x --num-envs 1), after the first gradient step, "
+LATE += "at env step 1,010 (--learning-starts 1000): at most 1,010"
+EXTRA_CASES += [
+    *(  # exited 0 with no gradient step; learning waited for the window to env step 10,000
+        ("rainbow_jax", ["--n-step", "10000", *run, "--learning-starts", "1000"], LATE)
+        for run in (["--total-timesteps", "5000"], [])
+    ),
+    ("rainbow_jax", ["--n-step", "1010", "--learning-starts", "1000"], None),  # full at the first update
+    ("rainbow_jax", ["--n-step", "100000000"], "--n-step 100000000 fills its window at env step 100,000,000"),
+    (
+        "rainbow_jax",
+        ["--num-envs", "4", "--train-frequency", "8", "--n-step", "2503"],
+        "--n-step 2503 fills its window at env step 10,012 (x --num-envs 4), after the first gradient step, "
+        "at env step 10,008 (--learning-starts 10000): at most 2,502",
+    ),
+    ("rainbow_jax", ["--num-envs", "4", "--train-frequency", "8", "--n-step", "2502"], None),
+    ("rainbow_jax", ["--priority-exponent", "1e9"], "--priority-exponent 1000000000.0: at most 6.3, where"),
+    ("rainbow_jax", ["--priority-exponent", "6.3"], None),
+    *(  # trained 500k steps onto one atom
+        (name, ["--v-min", "-1e38", "--v-max", "1e38"], "[--v-min -1e+38, --v-max 1e+38]: each below 2^24")
+        for name in ("c51_jax", "rainbow_jax")
+    ),
+    ("rainbow_jax", ["--v-min", "-16777215", "--v-max", "16777215"], None),
 ]
 for name in ("dqn_jax", "c51_jax"):  # buffer 10,000, learning after env step 10,000
     EXTRA_CASES += [

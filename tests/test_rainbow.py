@@ -75,6 +75,19 @@ def test_a_stored_transition_bootstraps_from_the_real_final_observation():
     assert not np.allclose(stored.next_obs, state.obs[0])  # the final observation, not the new episode's
 
 
+def test_learning_starts_when_the_longest_n_step_window_it_allows_fills():
+    """--n-step at its bound, the first gradient step --learning-starts allows divided by --num-envs (the
+    window fills by then; one more is refused): the first gradient step is taken at that env step, 12."""
+    args = tiny_args(num_envs=2, learning_starts=10, train_frequency=4, n_step=6, total_timesteps=40)
+    setup = rainbow.build_setup(args)
+    state = rainbow.init_state(setup, jax.random.PRNGKey(0))
+    _, info = jax.jit(lambda s: jax.lax.scan(functools.partial(rainbow.step, setup), s, jnp.arange(8)))(state)
+    env_steps = 2 * np.arange(1, 9)  # [8] global_step after each step
+    assert env_steps[np.isfinite(np.asarray(info.loss))].tolist() == [12, 16], np.asarray(info.loss)
+    with pytest.raises(rainbow.ArgsError, match="--n-step 7 fills its window at env step 14"):
+        rainbow.build_setup(tiny_args(num_envs=2, learning_starts=10, train_frequency=4, n_step=7))
+
+
 # --- prioritized replay ---------------------------------------------------------------------
 
 
@@ -113,6 +126,15 @@ def test_sampling_probabilities_and_importance_weights():
     np.testing.assert_allclose(weights, direct / direct.max(), rtol=1e-6)
     _, uniform = rainbow.buffer_sample(buffer, jax.random.PRNGKey(3), 16, prioritized=False)
     np.testing.assert_allclose(uniform, 0.25)
+
+
+def test_the_largest_priority_exponent_keeps_the_smallest_priority_drawable():
+    """--priority-exponent's bound: the floor priority raised to it, in float32 as gradient_step computes it
+    (XLA flushes numbers below the smallest normal to 0), is a mass above 0; a little above, it is 0."""
+    mass = jax.jit(lambda alpha: (jnp.zeros(()) + rainbow.PRIORITY_FLOOR) ** alpha)
+    assert mass(rainbow.MAX_PRIORITY_EXPONENT) > 0 and mass(6.4) == 0
+    with pytest.raises(rainbow.ArgsError, match="--priority-exponent 6.31: at most 6.3"):
+        rainbow.build_setup(tiny_args(priority_exponent=6.31))
 
 
 def test_new_transitions_enter_at_the_largest_priority():

@@ -408,6 +408,10 @@ def iteration_length(total_steps: int, cap: int) -> int:
     return largest if 2 * largest >= cap else cap
 
 
+# the largest |--v-min|, |--v-max|: float32 tells a return from that return + 1 (a unit reward) below 2^24
+MAX_SUPPORT = 2.0**24
+
+
 def build_setup(args: Args) -> Setup:
     """Check C51's flags (ArgsError: one line naming the flag), derive the sizes, build the parts."""
     spec = make_env(args.env_id)
@@ -423,6 +427,8 @@ def build_setup(args: Args) -> Setup:
     distinct = bound <= float(np.finfo(np.float32).max) and spacing > np.spacing(np.float32(bound))
     support = f"[--v-min {args.v_min}, --v-max {args.v_max}]"
     require(distinct, f"--n-atoms {args.n_atoms} atoms on {support} are not distinct finite float32 numbers")
+    resolution = "where float32 still tells a return from that return + 1"
+    require(bound < MAX_SUPPORT, f"{support}: each below 2^24 in magnitude, {resolution}")
     require(args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}")
     image = len(spec.obs_shape) == 3
     require(image or args.network != "cnn", f"--network cnn needs image observations, not {spec.obs_shape}")

@@ -515,6 +515,12 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     return state._replace(target_params=target_params), info
 
 
+PRIORITY_FLOOR = 1e-6  # the smallest priority a transition gets back
+# the largest --priority-exponent: 1e-6**6.3 = 1.6e-38 is a float32 above 0, but from ~6.32 on the floor's
+# priority**alpha is below float32's smallest normal number and rounds to 0: its transition is never drawn
+MAX_PRIORITY_EXPONENT = 6.3
+
+
 def gradient_step(
     setup: Setup, state: RunnerState, key: jax.Array, global_step: jax.Array
 ) -> tuple[RunnerState, jax.Array, jax.Array]:
@@ -561,7 +567,7 @@ def gradient_step(
     params = optax.apply_updates(state.params, updates)
     buffer = state.buffer
     if args.prioritized:  # [RB-2] the batch's new priorities
-        priority = priority + 1e-6  # never 0: every transition stays drawable
+        priority = priority + PRIORITY_FLOOR  # never 0: every transition stays drawable
         tree = tree_set(buffer.tree, picked, priority**args.priority_exponent)
         buffer = buffer._replace(tree=tree, max_priority=jnp.maximum(buffer.max_priority, priority.max()))
     return state._replace(params=params, opt_state=opt_state, buffer=buffer), loss, q_mean
@@ -597,6 +603,10 @@ def iteration_length(total_steps: int, cap: int) -> int:
     return largest if 2 * largest >= cap else cap
 
 
+# the largest |--v-min|, |--v-max|: float32 tells a return from that return + 1 (a unit reward) below 2^24
+MAX_SUPPORT = 2.0**24
+
+
 def build_setup(args: Args) -> Setup:
     """Check Rainbow's flags (ArgsError: one line naming the flag), derive the sizes, build the parts."""
     spec = make_env(args.env_id)
@@ -611,13 +621,18 @@ def build_setup(args: Args) -> Setup:
     distinct = bound <= float(np.finfo(np.float32).max) and spacing > np.spacing(np.float32(bound))
     support = f"[--v-min {args.v_min}, --v-max {args.v_max}]"
     require(distinct, f"--n-atoms {args.n_atoms} atoms on {support} are not distinct finite float32 numbers")
+    resolution = "where float32 still tells a return from that return + 1"
+    require(bound < MAX_SUPPORT, f"{support}: each below 2^24 in magnitude, {resolution}")
     require(args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}")
     image = len(spec.obs_shape) == 3
     require(image or args.network != "cnn", f"--network cnn needs image observations, not {spec.obs_shape}")
     require(args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}")
     require(args.adam_eps >= 0, f"--adam-eps must be >= 0, got {args.adam_eps}")
     require(args.noisy_std > 0, f"--noisy-std must be positive, got {args.noisy_std}")
-    require(args.priority_exponent >= 0, f"--priority-exponent must be >= 0, got {args.priority_exponent}")
+    alpha, largest = args.priority_exponent, MAX_PRIORITY_EXPONENT
+    require(alpha >= 0, f"--priority-exponent must be >= 0, got {alpha}")
+    floor = f"where the smallest priority, {PRIORITY_FLOOR}, raised to it stays a float32 above 0"
+    require(alpha <= largest, f"--priority-exponent {alpha}: at most {largest}, {floor}")
     unit = {"gamma": args.gamma, "start-e": args.start_e, "end-e": args.end_e}
     for flag, value in {**unit, "importance-exponent": args.importance_exponent}.items():
         require(0 <= value <= 1, f"--{flag} must lie in [0, 1], got {value}")
@@ -636,6 +651,11 @@ def build_setup(args: Args) -> Setup:
     total, every, starts = sizes.total_steps * n, args.train_frequency, args.learning_starts  # env steps
     span = f"in {total:,} env steps (one every --train-frequency {every})"
     require(starts < total // every * every, f"--learning-starts {starts} leaves no gradient step {span}")
+    # learning waits for the n-step window: it must fill by the first gradient step --learning-starts allows
+    first, filled = (starts // every + 1) * every, args.n_step * n  # env steps
+    window = f"--n-step {args.n_step} fills its window at env step {filled:,} (x --num-envs {n})"
+    late = f"after the first gradient step, at env step {first:,} (--learning-starts {starts})"
+    require(filled <= first, f"{window}, {late}: at most {first // n:,}")
     period = args.target_network_frequency
     no_update = f"leaves no target update in {total:,} env steps (learning after step {starts})"
     require(starts < total // period * period, f"--target-network-frequency {period} {no_update}")
