@@ -599,6 +599,11 @@ curves; docs/benchmarks.md, "Results as data"). Do not edit it by hand: `python 
 disagree. Each entry's command, to train it as the suite does: [commands.md](commands.md).
 Compare a run of yours with a row: `python -m benchmark.compare RUN_DIR`.
 
+Citing: cite vibe_rl with [CITATION.cff](../CITATION.cff), and a row with its data file in
+[results/](results/) (`results/{script}__{env}[__{variant}].json`, the env's "/" written "-")
+and the commit that file records (`"commit"`; the row's "measured" cell shows its first 10
+characters).
+
 ## What the numbers are
 
 - **Score** of a run (one seed): its final deterministic (greedy) evaluation, eval.json's

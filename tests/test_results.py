@@ -154,6 +154,15 @@ def test_the_repository_page_is_what_its_data_gives():
 NOT_YET_MEASURED: set[str] = set()  # every entry has its row (2026-12-07)
 
 
+def test_the_page_says_how_to_cite_a_row_and_its_links_resolve():
+    page = (ROOT / "docs" / "results.md").read_text()
+    (citing,) = [p for p in page.split("\n\n") if p.startswith("Citing:")]
+    assert "[CITATION.cff](../CITATION.cff)" in citing and '"commit"' in citing
+    links = re.findall(r"\]\(([^)#]+)\)", page)  # every relative link of the page, images too
+    missing = [link for link in links if not (ROOT / "docs" / link).exists()]
+    assert links and not missing, missing
+
+
 def test_every_full_entry_has_a_row_of_three_seeds_or_more_unless_listed_as_not_yet_measured():
     entries = suite_module.select_entries(suite_module.load_suite(), quick=False)
     records = {results.tag_of(r): r for r in results.load_records()}
