@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """C51, distributional DQN, the whole training loop compiled with jax.lax.scan.
 
 Algorithm: Bellemare, Dabney & Munos 2017, "A Distributional Perspective on Reinforcement

@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """Deep Q-Network (DQN) and Double DQN, the whole training loop compiled with jax.lax.scan.
 
 Algorithm: Mnih et al. 2015, "Human-level control through deep reinforcement learning" (Nature

@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """IQN, implicit quantile networks, and QR-DQN as its ablation: the whole training loop inside lax.scan.
 
 Algorithm: Dabney, Ostrovski, Silver & Munos 2018, "Implicit Quantile Networks for Distributional

@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """Proximal Policy Optimization (PPO), the whole training loop compiled with jax.lax.scan.
 
 Algorithm: Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv:1707.06347),

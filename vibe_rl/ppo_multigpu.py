@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """PPO over a mesh of devices with GSPMD: one seed's environments split over several devices,
 on one machine or several.
 

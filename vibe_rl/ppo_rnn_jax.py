@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """PPO with a GRU core for partially observed tasks, the whole training compiled with jax.lax.scan.
 
 Algorithm: PPO (Schulman et al. 2017, arXiv:1707.06347) with the implementation details of

@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """Parallel Q-learning (PQN): Q(lambda) from many vectorised envs, no replay buffer, no target network.
 
 Algorithm: Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning" (arXiv:2407.04811,

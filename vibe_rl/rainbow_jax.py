@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """Rainbow, the whole training loop compiled with jax.lax.scan.
 
 Algorithm: Hessel et al. 2018, "Rainbow: Combining Improvements in Deep Reinforcement Learning"

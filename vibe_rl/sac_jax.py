@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """Soft Actor-Critic (SAC) for continuous actions, the whole training compiled with jax.lax.scan.
 
 Algorithm: Haarnoja et al. 2018, "Soft Actor-Critic" (arXiv:1801.01290) and "Soft Actor-Critic

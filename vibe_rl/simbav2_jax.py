@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """SimbaV2: SAC on hyperspherical networks, for continuous actions, the whole training compiled with
 jax.lax.scan.
 

@@ -1,3 +1,4 @@
+# Copyright (c) 2026 the vibe_rl authors. SPDX-License-Identifier: MIT (the text: vibe_rl's LICENSE file)
 """Twin Delayed DDPG (TD3), and DDPG as its ablation, the whole training compiled with jax.lax.scan.
 
 Algorithm: Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic Methods"
