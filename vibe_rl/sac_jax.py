@@ -651,7 +651,6 @@ def make_algorithm(args: Args) -> Algorithm:
 import atexit
 import collections
 import contextlib
-import dataclasses
 import fcntl
 import functools
 import gc
@@ -673,7 +672,7 @@ import warnings
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -733,9 +732,8 @@ def flags_class(algorithm: type, hyperparameters: type, make_algorithm: Callable
     flags.Args, flags.Hyperparameters, flags.make_algorithm = algorithm, hyperparameters, make_algorithm
     groups = {"algorithm": algorithm, "run": RunFlags}  # what tyro parses: each group under its heading
     groups = [(name, typing.Annotated[group, tyro.conf.OmitArgPrefixes]) for name, group in groups.items()]
-    flags.command_line = dataclasses.make_dataclass("CommandLine", groups)
-    # the machine's flags, not read back from args.json (a resume without --cpu-devices takes the run's; a
-    # script adds its own, Args.machine_flags); and the flags a --resume may change (Args.resume_may_change)
+    flags.command_line = make_dataclass("CommandLine", groups)
+    # the machine's, not read back from args.json; those a --resume may change (Args adds to each of them)
     flags.machine_flags = {"cpu_devices", "jax_cache_dir", *getattr(algorithm, "machine_flags", ())}
     flags.resume_may_change = {"checkpoint_frequency", "track", "wandb_project_name", "sweep_max_programs"}
     flags.resume_may_change |= {"wandb_entity", "capture_video", "save_model", *flags.machine_flags}
@@ -1300,8 +1298,7 @@ def playground_suite(task: str) -> EnvSpec:
 
 
 def user_suite(env_id: str) -> EnvSpec:
-    """A user's own env, module:callable (the module importable, or in the working directory): the callable
-    returns a gymnax Environment and its params (docs/runs.md, Your own environment)."""
+    """A user's own env, module:callable: the callable returns a gymnax Environment and its params."""
     from gymnax.environments import environment
 
     module, _, name = env_id.partition(":")
@@ -1434,17 +1431,15 @@ def run_bytes(algo: Algorithm, episodes: int) -> tuple[int, int]:
     return size(shapes[0]), size(shapes[1])
 
 
-def estimate(args: RunFlags, configs: int) -> tuple[int, int]:
-    """(bytes of the runs' states and evaluations, env steps of an iteration): what sizes a run's memory."""
-    algo = type(args).make_algorithm(args)
-    return sum(run_bytes(algo, args.eval_episodes)) * configs * args.num_seeds, algo.env_steps_per_iteration
-
-
 def sizing_flags(run: Run, rollout: bool) -> str:
     """The flags that size a run's memory: each integer flag that, halved (or else doubled), moves the bytes
     of the states and evaluations (with `rollout`, or an iteration's env steps) by a tenth or more."""
-    configs = len(run.configs) // run.args.num_seeds
-    sizes = lambda args: np.array(estimate(args, configs)[: 1 + rollout], float)
+
+    def sizes(args: RunFlags) -> np.ndarray:  # a configuration's bytes (with rollout, an iteration's steps)
+        algo = type(args).make_algorithm(args)
+        nbytes = sum(run_bytes(algo, args.eval_episodes)) * args.num_seeds
+        return np.array([nbytes, algo.env_steps_per_iteration][: 1 + rollout], float)
+
     base, named = sizes(run.args), []
     for name, value in vars(run.args).items():
         if type(value) is not int or value < 2 or name in ("seed", "total_timesteps", "eval_frequency"):
@@ -1549,17 +1544,13 @@ def say_plan(run: Run) -> None:  # one line where the run differs from its flags
 CLAIMED: list[Path] = []  # the run directories this process has claimed, released as main returns
 
 
-def run_name(config: RunFlags, seed: int, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}, labelled
-    experiment = f"{config.exp_name}-{label(config)}" if config.sweep else config.exp_name
-    return f"{file_name(config.env_id)}__{experiment}__{seed}__{stamp}"
+def run_name(config: RunFlags, seed: int | str, stamp: str) -> str:  # {env}__{exp}__{seed}__{time}
+    experiment = f"{config.exp_name}-{label(config)}" if config.sweep else config.exp_name  # labelled
+    return f"{config.env_id.replace('/', '-').replace(':', '-')}__{experiment}__{seed}__{stamp}"  # a:f: a-f
 
 
 def sweep_dir(args: RunFlags, stamp: str) -> Path:  # where a sweep's summary goes, beside its runs
-    return Path(args.output_dir) / f"{file_name(args.env_id)}__{args.exp_name}__sweep__{stamp}"
-
-
-def file_name(env_id: str) -> str:  # an env id in a file name: suite/name -> suite-name, a.b:f -> a.b-f
-    return env_id.replace("/", "-").replace(":", "-")
+    return Path(args.output_dir) / run_name(replace(args, sweep=()), "sweep", stamp)
 
 
 def write_atomic(path: Path, data: bytes) -> None:  # a temporary file renamed into place: never half-written
@@ -1637,8 +1628,9 @@ def lock_run_dirs(run: Run) -> Run:
 def make_run_dirs(runs: list[Run]) -> list[Run]:
     """A new directory per run with its args.json, all or none: {env}__{exp}__{seed}__{time}, then -1, ..."""
     args, second = runs[0].args, int(to_host(np.array([int(time.time())]))[0])  # process 0's time
-    folder = Path(args.output_dir)
-    named = lambda stamp: [[folder / run_name(*r, stamp) for r in run.each_run()] for run in runs]
+    named = lambda stamp: [
+        [Path(args.output_dir) / run_name(*r, stamp) for r in run.each_run()] for run in runs
+    ]
     summary = lambda stamp: [sweep_dir(args, stamp)] if args.sweep else []
     stamps = (f"{second}-{n}" if n else f"{second}" for n in itertools.count())
     # process 0 alone writes; the first stamp free for every directory
@@ -2052,8 +2044,7 @@ def newly_diverged(run: Run, end: ChunkEnd, finite: np.ndarray, metrics: dict, d
 
 
 def state_to_host(run: Run, end: ChunkEnd, saved: int, writes: collections.deque, state: Any, ends: bool):
-    """(every run's state on the host where a checkpoint is due, else None; the env steps of the latest
-    checkpoint). The writes before it finish first, so the host holds one copy of the state."""
+    """(the state on the host where a checkpoint is due, after the earlier writes: one copy; its step)"""
     if not (ends or checkpoint_due(run, end, saved)):
         return None, saved
     settle(writes, keep=0)
@@ -2182,9 +2173,7 @@ def finish_run(run: Run, state: Any, loggers: list[RunLogger], evaluation: Evalu
     write_outputs(run, state, result.lengths[:, 0], diverged)
 
 
-def evaluate_saved_model(
-    flags: type[RunFlags], run_dir: Path | str, episodes: int = 0, seed: int = EVAL_SEED
-) -> dict[str, Any]:
+def evaluate_saved_model(flags: type, run_dir: Path | str, episodes: int = 0, seed: int = EVAL_SEED) -> dict:
     """{run_dir}/{exp_name}.flax evaluated as eval.json was (to the bit for one seed: the same program), with
     the script's Flags: e.g. script.evaluate_saved_model(script.Flags, run_dir)["mean"]."""
     args = args_from_record(flags, read_record(Path(run_dir)), Path(run_dir))
@@ -2293,7 +2282,6 @@ def write_sweep_summary(runs: list[Run]) -> None:
         cells = [rank, "; ".join([row["config"], *marks]), iqm_cell, interval]
         returns = ", ".join(f"{x:.1f}" for x in row["final_returns"])
         cells += [f"{row['eval_curve_area']:.2f}", returns] if area else [returns]
-
         table.append("| " + " | ".join(map(str, cells)) + " |")
     title = f"# Sweep: {SCRIPT} on {args.env_id}, {args.num_seeds} seed(s) per configuration"
     winner = f"Winner: `{rows[0]['command']}`\n\n{warning}: the command above trains it on the next seeds.\n"
@@ -2341,7 +2329,6 @@ def finished(run: Run, restored: list[Any]) -> dict[int, dict]:
 
 def train_all(runs: list[Run], stop: list[int]) -> None:
     """Each program in turn from its newest checkpoints, a sweep's summary; exit 1 if every run diverged."""
-
     diverged, trained = [], False
     for number, run in enumerate(runs):
         if number and stop:  # the next program of a sweep
@@ -2357,8 +2344,9 @@ def train_all(runs: list[Run], stop: list[int]) -> None:
             trained = True
     if runs[0].args.sweep and is_main_process():
         summary = runs[0].summary_dir / "sweep.md"
-        done_before = not trained and summary.is_file()
-        say(f"the sweep is finished: {summary}") if done_before else write_sweep_summary(runs)
+        say(
+            f"the sweep is finished: {summary}"
+        ) if not trained and summary.is_file() else write_sweep_summary(runs)
     named = "; ".join(f"{d['run_dir']} ({d['non_finite']} at step {d['at_step']:,})" for d in diverged)
     if len(diverged) == sum(len(run.seeds) for run in runs):
         every = f"non-finite loss or parameters in every run: {named}"
