@@ -125,6 +125,7 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        STOP.signum = None  # the report keeps which signal stopped the run
 
 
 @contextlib.contextmanager
@@ -228,8 +229,10 @@ def run_entry(entry: Entry, out: Path) -> dict[str, Any]:
         entry, outcome.status, outcome.note, outcome.run_dirs, outcome.wall_s, outcome.compile_s, fingerprint
     )
     iqm_ci = ci_text(result["iqm"], result["iqm_ci95"])
-    status, note = result["status"], result["note"]
-    print(f"  {entry.name} {entry.env}: {status} IQM {iqm_ci} (threshold {threshold_text(result)}) {note}")
+    said = f"{result['status']} IQM {iqm_ci} (threshold {threshold_text(result)})"
+    if result["status"] == "stopped":
+        said = "not finished:"
+    print(f"  {entry.name} {entry.env}: {said} {result['note']}")
     return result
 
 
