@@ -38,8 +38,8 @@ results.json (every seed's raw scores and curves are in it) and writes the same 
 Ctrl-C (SIGINT) or SIGTERM stops the runner: the child in flight is killed with its process
 group (each child runs in its own), no other starts, and the report of the entries that
 finished is written, with the command that runs the rest (`--entries`); exit status 128 +
-the signal's number. Otherwise exit status 1 if any entry crashed, timed out, was missing or
-missed its threshold.
+the signal's number. SIGHUP (its terminal closed) does the same, unless it is ignored (nohup).
+Otherwise exit status 1 if any entry crashed, timed out, was missing or missed its threshold.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def kill_group(process: subprocess.Popen) -> None:
 
 
 def on_stop_signal(signum: int, _frame: Any) -> None:
-    """SIGINT / SIGTERM: kill the child in flight; the runner starts no other and writes its report."""
+    """A stop signal: kill the child in flight; the runner starts no other and writes its report."""
     STOP.signum = STOP.signum or signum  # no print here: it could re-enter a print in flight
     if STOP.child is not None:
         kill_group(STOP.child)
@@ -117,9 +117,13 @@ def on_stop_signal(signum: int, _frame: Any) -> None:
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Within it, SIGINT and SIGTERM stop the runner (on_stop_signal); the handlers are restored after."""
+    """Within it, SIGINT, SIGTERM and SIGHUP stop the runner (on_stop_signal); the handlers are
+    restored after."""
     STOP.signum, STOP.child = None, None
-    previous = {s: signal.signal(s, on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's kept
+        stops.append(signal.SIGHUP)  # a closed terminal: the child is in no terminal's process group
+    previous = {s: signal.signal(s, on_stop_signal) for s in stops}
     try:
         yield
     finally:
