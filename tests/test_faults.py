@@ -226,19 +226,24 @@ def test_sigterm_anywhere_exits_143_never_a_crash_and_leaves_a_resumable_run(tmp
     assert 143 in codes, codes  # the test reached the training
     for out in tmp_path.iterdir():
         for run_dir in out.iterdir() if out.exists() else []:
-            resumed = module.resume_args(module.Flags(resume=str(run_dir)))
-            run = module.open_run_dirs(module.plan_runs(resumed))[0]
-            done, states = module.restore_checkpoints(run)
-            release_locks(module)
-            saved = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))
-            if not saved:  # none was written yet: the resume starts afresh
-                assert (done, states) == (0, None)
-                continue
-            # the newest checkpoint on disk, whole (written atomically), and restored as it lies there
-            template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
-            iterations, state = module.read_checkpoint(saved[-1], template)
-            assert saved[-1].name == f"step_{iterations * 64:012d}.msgpack" and done == iterations > 0
-            assert tree_equal(states[0], state)
+            restores_what_is_on_disk(module, run_dir)
+
+
+def restores_what_is_on_disk(module: Any, run_dir: Path) -> int:
+    """A resume of run_dir restores its newest checkpoint as it lies on disk (whole: written atomically), its
+    iterations and state, or where none was written, nothing (it starts afresh). The iterations restored."""
+    run = module.open_run_dirs(module.plan_runs(module.resume_args(module.Flags(resume=str(run_dir)))))[0]
+    done, states = module.restore_checkpoints(run)
+    release_locks(module)
+    saved = sorted((run_dir / "checkpoints").glob("step_*.msgpack"))
+    if not saved:
+        assert (done, states) == (0, None)
+        return 0
+    template = jax.eval_shape(run.algo.init, jax.random.PRNGKey(0))
+    iterations, state = module.read_checkpoint(saved[-1], template)
+    assert saved[-1].name == f"step_{iterations * 64:012d}.msgpack" and done == iterations > 0
+    assert tree_equal(states[0], state)
+    return done
 
 
 def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
@@ -253,11 +258,7 @@ def test_a_second_ctrl_c_quits_at_once_without_a_traceback(tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "Traceback" not in err and "quitting now" in err
-    module = load_script("ppo_jax_scan")
-    resumed = module.resume_args(module.Flags(resume=str(only_run_dir(tmp_path))))
-    run = module.open_run_dirs(module.plan_runs(resumed))[0]
-    assert module.restore_checkpoints(run)[0] > 0  # a checkpoint reads
-    release_locks(module)
+    assert restores_what_is_on_disk(load_script("ppo_jax_scan"), only_run_dir(tmp_path)) > 0  # one is written
 
 
 def test_a_second_ctrl_c_before_the_first_checkpoint_says_none_was_written_and_the_resume_starts_over(
