@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from _helpers import (
     CountingProbe,
+    check_vmapped_init,
     exit_of_main,
     load_script,
     main_in_process,
@@ -244,6 +245,13 @@ def test_an_update_keeps_every_kernel_on_the_sphere_and_moves_every_part():
         assert all(changed), part
     assert int(learner.updates) == 1 and all(np.isfinite(info))
     assert float(info.reward_scale) == 2.0
+
+
+def test_the_init_under_vmap_runs_no_batched_qr_and_gives_each_seeds_bits():
+    """The orthogonal init is a QR, which batched under vmap can deadlock jaxlib's CPU thread pool: the seeds
+    (and the twin critics) are initialised one at a time, with the bits of one seed initialised alone."""
+    setup = simba.build_setup(tiny_args(clipped_double_q=True))
+    check_vmapped_init(functools.partial(simba.init_state, setup), num_seeds=2)
 
 
 DESIGN_OFF = ["--no-normalize-obs", "--no-shift", "--no-weight-projection", "--no-distributional"]

@@ -26,9 +26,9 @@ How to read this file:
          the critic, the target. `make_train(args)`: train(key).
     6    the evaluation policy (the mean action, repeated as in training), and `make_algorithm`.
     The algorithm calls a few helpers of the run harness (below the banner): make_env and env_spec (an
-    EnvSpec), reset_envs and step_envs (gymnax's reset and step for N envs), require and require_positive,
-    hyperparameters and with_hyperparameters. The rest of the harness is the machinery every vibe_rl script
-    shares, word for word. Stop reading there.
+    EnvSpec), reset_envs and step_envs (gymnax's reset and step for N envs), one_seed_at_a_time (the init
+    under vmap), require and require_positive, hyperparameters and with_hyperparameters. The rest of the
+    harness is the machinery every vibe_rl script shares, word for word. Stop reading there.
 """
 
 from __future__ import annotations
@@ -836,16 +836,24 @@ def build_setup(args: Args, spec: EnvSpec | None = None) -> Setup:
     return Setup(args, sizes, spec, actor, critic, make_optimizer(args, sizes))
 
 
+def init_params(setup: Setup, keys: jax.Array) -> tuple[Params, Params]:
+    """The actor's and the Q critics' first parameters, every weight vector on the sphere ([SIMBA-4]);
+    keys [1 + Q, 2]. The critics are initialised one after another (lax.map) and stacked, [Q, ...]."""
+    obs_dim, action_dim = setup.spec.obs_shape[0], setup.spec.action_dim
+    dummy_obs, dummy_action = jnp.zeros((1, obs_dim)), jnp.zeros((1, action_dim))
+    actor = setup.actor.init(keys[0], dummy_obs)
+    critic = jax.lax.map(lambda key: setup.critic.init(key, dummy_obs, dummy_action), keys[1:])  # [Q, ...]
+    return project_weights(actor), project_weights(critic)
+
+
 def init_state(setup: Setup, key: jax.Array) -> RunnerState:
-    """The state of one seed before the first step: every weight vector starts on the sphere ([SIMBA-4])."""
+    """The state of one seed before the first step."""
     args, spec, num_envs = setup.args, setup.spec, setup.args.num_envs
-    key, actor_key, critic_key, reset_key = jax.random.split(key, 4)
+    key, params_key, reset_key = jax.random.split(key, 3)
     obs_dim = spec.obs_shape[0]
-    dummy_obs, dummy_action = jnp.zeros((1, obs_dim)), jnp.zeros((1, spec.action_dim))
-    actor = project_weights(setup.actor.init(actor_key, dummy_obs))
-    critic_keys = jax.random.split(critic_key, setup.sizes.critics)  # [SIMBA-14] Q critics, stacked [Q, ...]
-    critic = jax.vmap(setup.critic.init, in_axes=(0, None, None))(critic_keys, dummy_obs, dummy_action)
-    critic = project_weights(critic)
+    # [SIMBA-14] Q critics; the orthogonal init is a QR, run one seed at a time under vmap (the harness's why)
+    params_keys = jax.random.split(params_key, 1 + setup.sizes.critics)
+    actor, critic = one_seed_at_a_time(functools.partial(init_params, setup))(params_keys)
     log_alpha = jnp.log(jnp.float32(args.temp_initial_value))  # [SIMBA-10] SimbaV2: alpha starts at 0.01
     params = SimbaParams(actor, critic, critic, log_alpha)
     init = setup.optimizer.init
