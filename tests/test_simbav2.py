@@ -278,7 +278,9 @@ def test_a_tiny_run_from_the_command_line_with_every_design_choice_off_takes_gra
     np.testing.assert_allclose([p["charts/learning_rate"] for p in learned], 1e-4)  # --no-lr-decay
     assert {p["losses/reward_scale"] for p in learned} == {1.0}  # --no-normalize-reward
     args = json.loads((run_dir / "args.json").read_text())
-    assert args["sizes"]["action_repeat"] == 2 and args["sizes"]["gamma"] == pytest.approx(0.95)  # L = 100
+    assert args["sizes"]["env_steps_per_action"] == 2 and args["sizes"]["discount"] == pytest.approx(
+        0.95
+    )  # L = 100
     assert "mean" in json.loads((run_dir / "eval.json").read_text())
 
 

@@ -531,9 +531,9 @@ class Sizes(NamedTuple):
     steps_per_iteration: int  # T agent steps, so a logged point every T * N * action_repeat env steps
     num_iterations: int  # the logged points
     buffer_rows: int  # R = buffer_size // num_envs
-    action_repeat: int  # [SIMBA-12] --action-repeat, or its default for the suite
+    env_steps_per_action: int  # [SIMBA-12] --action-repeat, or its default for the suite
     decay_updates: int  # [SIMBA-11] updates the learning rate decays over: total_steps * updates_per_step
-    gamma: float  # [SIMBA-13] --gamma, or from the effective episode length
+    discount: float  # [SIMBA-13] gamma: --gamma, or from the effective episode length
     critics: int  # [SIMBA-14] Q: 2 with clipped double Q, else 1
 
 
@@ -631,7 +631,7 @@ def critic_step(setup: Setup, learner: Learner, batch: Batch, key: jax.Array) ->
     """The critics' update toward the soft TD target of the new actor and temperature, then their weights back
     onto the sphere. Returns the learner, the critics' loss and Q1's mean value."""
     args, params = setup.args, learner.params
-    gamma, alpha = setup.sizes.gamma, jnp.exp(params.log_alpha)
+    gamma, alpha = setup.sizes.discount, jnp.exp(params.log_alpha)
     next_action, next_log_prob = setup.actor.apply(params.actor, batch.next_obs).sample_and_log_prob(seed=key)
     next_outputs = critic_outputs(setup, params.critic_target, batch.next_obs, next_action)  # [Q, B, Z or 1]
     next_q = q_values(setup, next_outputs)  # [Q, B]
@@ -708,7 +708,7 @@ def repeat_action(
 
     first = step_envs(spec, jax.random.split(key, num_envs), env_state, action)
     done = first.terminated | first.truncated
-    keys = jax.random.split(jax.random.fold_in(key, 1), setup.sizes.action_repeat - 1)
+    keys = jax.random.split(jax.random.fold_in(key, 1), setup.sizes.env_steps_per_action - 1)
     (out, _), taken = jax.lax.scan(repeat, (first, done), keys)  # taken [action_repeat - 1, N]
     return out, 1 + taken.sum(0, dtype=jnp.int32)
 
@@ -727,7 +727,7 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     policy_action = policy.sample(seed=policy_key)  # [N, A]
     shape, low, high = (num_envs, spec.action_dim), spec.action_low, spec.action_high
     random_action = jax.random.uniform(random_key, shape, minval=low, maxval=high)  # [N, A]
-    learning = index * num_envs * sizes.action_repeat >= args.learning_starts  # []
+    learning = index * num_envs * sizes.env_steps_per_action >= args.learning_starts  # []
     action = jnp.where(learning, policy_action, random_action)
     out, env_steps = repeat_action(setup, step_key, state.env_state, action)  # [SIMBA-12] env_steps [N]
 
@@ -737,11 +737,9 @@ def step(setup: Setup, state: RunnerState, index: jax.Array) -> tuple[RunnerStat
     )
     done = jnp.logical_or(out.terminated, out.truncated)  # [N]
     obs_rms = rms_update(state.obs_rms, state.obs) if args.normalize_obs else state.obs_rms  # [SIMBA-1]
-    return_stats = return_stats_update(state.return_stats, out.reward, done, sizes.gamma)  # [SIMBA-8]
-    scale = reward_scale(
-        return_stats, args.g_max, args.reward_bound
-    )  # [] what the batches' rewards are divided by
-    scale = scale if args.normalize_reward else jnp.asarray(1.0)
+    return_stats = return_stats_update(state.return_stats, out.reward, done, sizes.discount)  # [SIMBA-8]
+    # [] what the batches' rewards are divided by (1 with --no-normalize-reward)
+    scale = reward_scale(return_stats, args.g_max, args.reward_bound) if args.normalize_reward else 1.0
 
     # LEARN: [SIMBA-12] updates_per_step updates, each on its own batch
     def learn(learner: Learner) -> tuple[Learner, UpdateInfo]:
@@ -903,7 +901,7 @@ def greedy_action(
     """The evaluation policy, scale * tanh(mean) + bias (SimbaV2's temperature 0), chosen every action_repeat
     env steps and held in between, as in training: obs [E, obs_dim] -> actions [E, A]."""
     policy = setup.actor.apply(model.params.actor, normalize(obs, model.obs_rms, setup.args.normalize_obs))
-    choose = (held.steps % setup.sizes.action_repeat == 0)[:, None]  # [E, 1]
+    choose = (held.steps % setup.sizes.env_steps_per_action == 0)[:, None]  # [E, 1]
     action = jnp.where(choose, policy.bijector.forward(policy.distribution.mode()), held.action)
     return action, HeldAction(action, held.steps + 1)
 
@@ -911,11 +909,12 @@ def greedy_action(
 def make_algorithm(args: Args) -> Algorithm:
     """SimbaV2 for the run harness (its fields are explained there); ArgsError for a bad flag."""
     setup = build_setup(args)
+    sizes = setup.sizes
     return Algorithm(
         name="SimbaV2",
-        sizes=setup.sizes,
+        sizes=sizes,
         env=setup.spec,
-        env_steps_per_iteration=setup.sizes.steps_per_iteration * args.num_envs * setup.sizes.action_repeat,
+        env_steps_per_iteration=sizes.steps_per_iteration * args.num_envs * sizes.env_steps_per_action,
         init=functools.partial(init_state, setup),
         iteration=functools.partial(iteration, setup),
         metrics=Metrics,
