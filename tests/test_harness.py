@@ -260,8 +260,8 @@ def test_a_users_own_env_trains_by_id_in_a_discrete_and_a_continuous_script_and_
     shell = subprocess.run(command, cwd=tests, capture_output=True, text=True)
     assert shell.returncode == 0, shell.stderr[-3000:]
     monkeypatch.chdir(tests)  # as the shell above: the user's module lies in the working directory
-    continuous = ["--env-id", "user_envs:make_reach_continuous", *SAC_TINY, "--output-dir", str(tmp_path)]
-    main_in_process(load_script("sac_jax"), [*continuous[:-1], str(tmp_path / "sac")], monkeypatch, capsys)
+    sac = ["--env-id", "user_envs:make_reach_continuous", *SAC_TINY, "--output-dir", str(tmp_path / "sac")]
+    main_in_process(load_script("sac_jax"), sac, monkeypatch, capsys)
     for script, name in (("dqn_jax", "dqn"), ("sac_jax", "sac")):
         run_dir = only_run_dir(tmp_path / name)
         env_id = json.loads((run_dir / "args.json").read_text())["env_id"]
