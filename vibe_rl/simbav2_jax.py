@@ -645,9 +645,8 @@ def critic_step(setup: Setup, learner: Learner, batch: Batch, key: jax.Array) ->
         )  # [B, Z]
         per_critic = lambda outputs: categorical_loss(outputs, target)  # [Q]
     else:  # --no-distributional: a scalar critic and the mean squared TD error (the paper's "MSE loss")
-        target = batch.reward + gamma * (1.0 - batch.terminated) * (
-            next_q.min(0) - alpha * next_log_prob
-        )  # [B]
+        soft_next_value = next_q.min(0) - alpha * next_log_prob  # [B] the soft value of the next state
+        target = batch.reward + gamma * (1.0 - batch.terminated) * soft_next_value  # [B]
         per_critic = lambda outputs: jnp.mean((outputs[..., 0] - jax.lax.stop_gradient(target)) ** 2, axis=-1)
 
     def loss(critic_params: Params) -> tuple[jax.Array, jax.Array]:
@@ -680,9 +679,8 @@ def update(
     learner, entropy, alpha_loss = alpha_step(setup, learner, log_prob)
     learner, critic_loss, q1 = critic_step(setup, learner, batch, critic_key)
     params = learner.params
-    target = optax.incremental_update(
-        params.critic, params.critic_target, args.tau
-    )  # tau online + (1-tau) target
+    # tau * online + (1 - tau) * target
+    target = optax.incremental_update(params.critic, params.critic_target, args.tau)
     learner = learner._replace(params=params._replace(critic_target=target), updates=learner.updates + 1)
     return learner, UpdateInfo(q1, critic_loss, actor_loss, entropy, alpha, alpha_loss, scale)
 
