@@ -27,7 +27,7 @@ def measure(script: str, level: str, flags: list[str]) -> str:
     time the run's chunks; one summary line."""
     module = importlib.import_module(f"vibe_rl.{script}")
     sys.argv = [script, *flags, "--jax-cache-dir", ""]
-    args = module.parse_flags()
+    args = module.parse_flags(module.Flags)
     module.start_jax(args)
     run = module.plan_runs(args)[0]
     chunk_level = None if level == "default" else int(level)
